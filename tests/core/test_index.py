@@ -1,0 +1,321 @@
+"""Behaviour of the session draft index (agentspec.index) over arctic's native suffix tree."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentspec import Draft, DraftIndex, DraftIndexError, DraftPolicy, IndexConfig, Level, SeedKind, SeedLimitError
+from agentspec import UnknownCallError
+
+NO_GLOBAL = IndexConfig(global_max_tokens=0)
+
+
+def contains(haystack: list[int], needle: list[int]) -> bool:
+    n = len(needle)
+    return any(haystack[i : i + n] == needle for i in range(len(haystack) - n + 1))
+
+
+# ---------------------------------------------------------------- drafting basics
+
+
+def test_agent_turn_drafts_repeated_text_from_the_call_level():
+    index = DraftIndex()
+    index.start_call("t1", [5, 6, 7, 8, 9, 10, 11], session_id="s")
+    draft = index.propose("t1")
+    assert draft == Draft.empty()  # nothing repeats yet
+    index.extend_call("t1", [5, 6, 7])
+    draft = index.propose("t1")
+    assert draft.token_ids[:4] == [8, 9, 10, 11]
+    assert draft.level is Level.CALL
+    assert draft.match_len == 3
+
+
+def test_budget_caps_the_draft_and_zero_switches_drafting_off():
+    index = DraftIndex()
+    index.start_call("c", list(range(1, 40)) + [1, 2, 3], session_id="s")
+    assert len(index.propose("c").token_ids) > 4
+    assert len(index.propose("c", max_tokens=4).token_ids) == 4
+    assert index.propose("c", max_tokens=0) .token_ids == []
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    turns=st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 5), min_size=0, max_size=30),  # new user/tool text
+            st.lists(st.integers(0, 5), min_size=1, max_size=20),  # model output
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    seed=st.lists(st.integers(0, 5), max_size=20),
+)
+def test_drafts_only_continue_text_that_was_indexed(turns, seed):
+    """Every draft, with the context it matched, is a substring of text the index was given."""
+    index = DraftIndex(IndexConfig(policy=DraftPolicy(max_depth=16, max_spec_tokens=8, min_token_prob=0.0)))
+    texts: list[list[int]] = []
+    if seed:
+        index.seed(seed, session_id="s")
+        texts.append(seed)
+    context: list[int] = []
+    for i, (new, output) in enumerate(turns):
+        context = context + new
+        index.start_call(i, context, session_id="s", group_id="g")
+        for tok in output:
+            draft = index.propose(i)
+            if draft.token_ids:
+                matched = context[len(context) - draft.match_len :] if draft.match_len else []
+                assert any(contains(t, matched + draft.token_ids) for t in texts + [context]), (
+                    draft,
+                    context,
+                )
+            context = context + [tok]
+            index.extend_call(i, [tok])
+        texts.append(list(context))
+        index.finish_call(i)
+
+
+# ---------------------------------------------------------------- incremental indexing
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    turns=st.lists(
+        st.tuples(st.lists(st.integers(0, 7), max_size=25), st.lists(st.integers(0, 7), min_size=1, max_size=15)),
+        min_size=1,
+        max_size=6,
+    ),
+    probe=st.lists(st.integers(0, 7), min_size=1, max_size=6),
+)
+def test_incremental_index_drafts_what_a_from_scratch_index_drafts(turns, probe):
+    """Turn N+1's prompt = turn N's prompt + output + new text: indexing only the tail must
+    give exactly the drafts of an index built in one go over the same text."""
+    incremental = DraftIndex(NO_GLOBAL)
+    context: list[int] = []
+    for i, (new, output) in enumerate(turns):
+        context = context + new
+        start = incremental.start_call(i, context, session_id="s")
+        if i > 0:
+            assert start.new_tokens == len(new)  # only the tail was indexed
+            assert start.reused_tokens == len(context) - len(new)
+            assert not start.rewritten
+        incremental.extend_call(i, output)
+        context = context + output
+        incremental.finish_call(i)
+    last = len(turns)
+    incremental.start_call(last, context + probe, session_id="s")
+
+    scratch = DraftIndex(NO_GLOBAL)
+    scratch.start_call("x", context + probe, session_id="other")
+    assert incremental.propose(last) == scratch.propose("x")
+
+
+def test_rewritten_history_is_indexed_from_the_divergence_and_old_turns_stay_draftable():
+    depth = 8
+    index = DraftIndex(IndexConfig(policy=DraftPolicy(max_depth=depth, max_spec_tokens=8), global_max_tokens=0))
+    system = list(range(100, 120))
+    dropped_turn = [7, 7, 1, 2, 3, 4, 5, 6]
+    index.start_call(0, system + dropped_turn, session_id="s")
+    index.extend_call(0, [9, 9])
+    index.finish_call(0)
+    # A condenser replaces the old turn by a summary: the prompt diverges after the system text.
+    start = index.start_call(1, system + [50, 51, 52, 7, 7, 1], session_id="s")
+    assert start.rewritten
+    assert start.reused_tokens == len(system)
+    assert start.new_tokens == depth + 6  # the overlap before the divergence, then the new text
+    draft = index.propose(1)
+    assert draft.token_ids[:3] == [2, 3, 4]  # the dropped turn is still drafted
+    index.finish_call(1)
+
+
+def test_reused_stream_costs_only_the_new_tail_for_a_long_prompt():
+    index = DraftIndex()
+    prompt = list(np.random.default_rng(0).integers(0, 50_000, size=15_000))
+    assert index.start_call(0, prompt, session_id="s").new_tokens == 15_000
+    index.extend_call(0, [1, 2, 3])
+    index.finish_call(0)
+    start = index.start_call(1, prompt + [1, 2, 3] + [4] * 200, session_id="s")
+    assert (start.new_tokens, start.reused_tokens) == (200, 15_003)
+
+
+def test_concurrent_calls_of_one_session_get_their_own_streams():
+    index = DraftIndex(NO_GLOBAL)
+    index.start_call("a", [1, 2, 3, 4], session_id="s")
+    start = index.start_call("b", [1, 2, 3, 4, 5], session_id="s")
+    assert start.rewritten and start.reused_tokens == 4
+    index.extend_call("a", [1, 2])
+    index.extend_call("b", [9])
+    assert index.propose("a").token_ids[:2] == [3, 4]
+    index.finish_call("a")
+    index.finish_call("b")
+
+
+# ---------------------------------------------------------------- seeds and levels
+
+
+def test_session_seed_is_drafted_at_the_session_level():
+    index = DraftIndex()
+    index.seed([40, 41, 42, 43, 44, 45], session_id="s", kind=SeedKind.REPAIR_ATTEMPT)
+    index.start_call("c", [1, 2, 40, 41], session_id="s")
+    draft = index.propose("c")
+    assert draft.token_ids[:4] == [42, 43, 44, 45]
+    assert draft.level is Level.SESSION
+    assert index.session_stats("s").seeded_tokens == 6
+
+
+def test_sibling_outputs_are_drafted_at_the_group_level_and_isolation_hides_them_from_others():
+    index = DraftIndex(IndexConfig(isolate_groups=True))
+    index.start_call("a", [1], session_id="a", group_id="g")
+    index.extend_call("a", [20, 21, 22, 23, 24, 25])
+    index.finish_call("a")
+    index.start_call("b", [1, 20, 21], session_id="b", group_id="g")
+    draft = index.propose("b")
+    assert (draft.level, draft.token_ids[:3]) == (Level.GROUP, [22, 23, 24])
+    index.finish_call("b")
+    # Another tenant's call sees nothing of group g.
+    index.start_call("c", [1, 20, 21], session_id="c", group_id="other")
+    assert index.propose("c").token_ids[:1] != [22]
+    index.finish_call("c")
+
+
+def test_without_isolation_outputs_reach_every_call_through_the_global_level():
+    index = DraftIndex()
+    index.start_call("a", [1])
+    index.extend_call("a", [20, 21, 22, 23, 24, 25])
+    index.finish_call("a")
+    index.start_call("b", [2, 20, 21])
+    draft = index.propose("b")
+    assert (draft.level, draft.token_ids[:3]) == (Level.GLOBAL, [22, 23, 24])
+
+
+def test_verification_counts_reach_session_group_and_level_stats():
+    index = DraftIndex()
+    index.seed([7, 8, 9, 10], session_id="s")
+    index.start_call("c", [7, 8], session_id="s", group_id="g")
+    draft = index.propose("c")
+    index.record_verification("c", drafted=len(draft.token_ids), accepted=1)
+    stats = index.session_stats("s")
+    assert (stats.draft_steps, stats.drafted_tokens, stats.accepted_tokens) == (1, len(draft.token_ids), 1)
+    assert index.group_stats("g").accepted_tokens == 1
+    assert index.stats().accepted_tokens_by_level["session"] == 1
+
+
+# ---------------------------------------------------------------- memory and lifecycle
+
+
+def test_eviction_keeps_every_level_within_budget_and_leaves_no_state():
+    cfg = IndexConfig(global_max_tokens=2_000, sessions_max_tokens=5_000, session_max_tokens=1_500, max_sessions=20)
+    index = DraftIndex(cfg)
+    rng = np.random.default_rng(1)
+    for s in range(200):
+        sid = f"s{s}"
+        index.seed(rng.integers(0, 1000, size=100), session_id=sid)
+        for turn in range(3):
+            call = (sid, turn)
+            index.start_call(call, rng.integers(0, 1000, size=300 * (turn + 1)), session_id=sid, group_id=f"g{s % 7}")
+            index.extend_call(call, rng.integers(0, 1000, size=50))
+            index.finish_call(call)
+            assert index._global.tokens <= cfg.global_max_tokens
+            assert index.held_tokens - index._global.tokens <= cfg.sessions_max_tokens
+        stats = index.stats()
+        assert stats.sessions + stats.groups <= cfg.max_sessions
+    stats = index.stats()
+    assert stats.evicted_sessions > 0 and stats.evicted_tokens > 0
+    assert index.session_stats("s0") is None  # long evicted
+    assert stats.active_calls == 0
+
+
+def test_a_call_without_session_leaves_nothing_behind_but_its_global_output():
+    index = DraftIndex()
+    index.start_call("c", list(range(1000)))
+    index.extend_call("c", [1, 2, 3])
+    index.finish_call("c")
+    stats = index.stats()
+    assert (stats.sessions, stats.session_tokens, stats.active_calls) == (0, 0, 0)
+    assert stats.global_tokens == 3
+
+
+def test_active_sessions_are_not_evicted():
+    index = DraftIndex(IndexConfig(sessions_max_tokens=100, session_max_tokens=100, max_sessions=2))
+    index.start_call("a", list(range(90)), session_id="a")
+    index.start_call("b", list(range(90)), session_id="b")
+    index.start_call("c", list(range(90)), session_id="c")  # all busy: over budget, nothing lost
+    for c in "abc":
+        assert index.session_stats(c) is not None
+        index.finish_call(c)
+    index.start_call("d", [1], session_id="d")
+    assert index.stats().sessions <= 2
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "prompt, message",
+    [
+        ([1, -2, 3], "non-negative"),
+        ([1.5, 2.0], "integers"),
+        (["a", "b"], "integers"),
+        ("abc", "sequence of integers"),
+        ([[1, 2], [3, 4]], "one-dimensional"),
+        ([True, False], "integers"),
+        ([2**40], "int32"),
+        (np.array([1.0, 2.0]), "integers"),
+    ],
+)
+def test_bad_prompts_are_refused_and_the_index_stays_usable(prompt, message):
+    index = DraftIndex()
+    with pytest.raises(DraftIndexError, match=message):
+        index.start_call("c", prompt, session_id="s")
+    assert not index.has_call("c")
+    index.start_call("c", [1, 2, 3, 1, 2], session_id="s")
+    assert index.propose("c").token_ids[:1] == [3]
+
+
+def test_call_lifecycle_errors():
+    index = DraftIndex()
+    with pytest.raises(UnknownCallError, match="not active"):
+        index.propose("nope")
+    with pytest.raises(UnknownCallError):
+        index.extend_call("nope", [1])
+    index.start_call("c", [1])
+    with pytest.raises(DraftIndexError, match="already active"):
+        index.start_call("c", [1])
+    with pytest.raises(DraftIndexError, match="accepted"):
+        index.record_verification("c", drafted=1, accepted=2)
+    index.finish_call("c")
+    with pytest.raises(UnknownCallError, match="already finished"):
+        index.finish_call("c")
+    with pytest.raises(DraftIndexError, match="session_id"):
+        index.start_call("d", [1], session_id="")
+    with pytest.raises(DraftIndexError, match="hashable"):
+        index.start_call(["unhashable"], [1])
+    index.start_call("d", [1], session_id="s")  # still usable
+    index.finish_call("d")
+
+
+def test_seed_limits_and_bad_seeds():
+    index = DraftIndex(IndexConfig(seed_max_tokens=10, seed_max_total_tokens=15))
+    assert index.seed(list(range(10)), session_id="s") == 10
+    with pytest.raises(SeedLimitError, match="seed_max_tokens=10"):
+        index.seed(list(range(11)), session_id="s")
+    with pytest.raises(SeedLimitError, match="seed_max_total_tokens=15"):
+        index.seed(list(range(6)), session_id="s")
+    with pytest.raises(DraftIndexError, match="exactly one"):
+        index.seed([1], session_id="s", group_id="g")
+    with pytest.raises(DraftIndexError, match="unknown seed kind"):
+        index.seed([1], session_id="s", kind="gossip")
+    with pytest.raises(DraftIndexError, match="non-negative"):
+        index.seed([-1], group_id="g")
+    assert index.seed([1, 2, 3], group_id="g") == 3
+    assert index.session_stats("s").seeded_tokens == 10
+
+
+def test_config_validation_names_the_problem():
+    with pytest.raises(ValueError, match="session_max_tokens"):
+        IndexConfig(sessions_max_tokens=10, session_max_tokens=20)
+    with pytest.raises(ValueError, match="max_depth"):
+        DraftPolicy(max_depth=0)
