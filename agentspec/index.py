@@ -250,7 +250,7 @@ class DraftIndex:
         session.stats.calls += 1
         session.stats.last_index_new_tokens = new
         self._calls[call_id] = call
-        self._enforce_budgets()
+        self._enforce_budgets(session, group)
         return CallStart(new_tokens=new, reused_tokens=reused, rewritten=rewritten)
 
     def extend_call(self, call_id: Hashable, tokens: Sequence[int] | np.ndarray) -> None:
@@ -266,7 +266,7 @@ class DraftIndex:
             self._add(call.group, call.group.stream, call.group_seq, arr)
         if call.global_seq is not None:
             self._global.extend(call.global_seq, arr)
-        self._enforce_budgets()
+        self._enforce_budgets(call.session, call.group)
 
     def propose(self, call_id: Hashable, max_tokens: int | None = None) -> Draft:
         """The best draft for the call's current context, at most ``max_tokens`` long."""
@@ -362,7 +362,7 @@ class DraftIndex:
         seq = scope.seeds.new_sequence()
         self._add(scope, scope.seeds, seq, arr)
         scope.stats.seeded_tokens += len(arr)
-        self._enforce_budgets()
+        self._enforce_budgets(scope)
         return len(arr)
 
     # ------------------------------------------------------------------ introspection
@@ -493,15 +493,16 @@ class DraftIndex:
         self._scoped_tokens += n
         return n
 
-    def _enforce_budgets(self) -> None:
+    def _enforce_budgets(self, *touched: _Scope | None) -> None:
+        """Bring every budget back within its limit; ``touched`` are the scopes that grew."""
         cfg = self.config
         while self._global.tokens > cfg.global_max_tokens:
             freed = self._global.drop_oldest(keep=self._global_active)
             if not freed:
                 break
             self._evicted["tokens"] += freed
-        for scope in list(self._scopes.values()):
-            while scope.tokens > cfg.session_max_tokens:
+        for scope in touched:
+            while scope is not None and scope.tokens > cfg.session_max_tokens:
                 if not self._drop_oldest_text(scope):
                     break
         while self._scoped_tokens > cfg.sessions_max_tokens or len(self._scopes) > cfg.max_sessions:

@@ -63,7 +63,7 @@ class ClientConfig(BaseModel):
         description="Period of the background /health probe; None disables it (failures "
         "seen by calls still mark a backend down).",
     )
-    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    retry: RetryPolicy = RetryPolicy()  # frozen: one shared default is safe
     load_factor: float = Field(
         1.25,
         ge=1.0,
@@ -94,8 +94,7 @@ class ClientConfig(BaseModel):
         out: list[str] = []
         for url in value:
             url = url.strip().rstrip("/")
-            if url.endswith("/v1"):
-                url = url[: -len("/v1")]
+            url = url.removesuffix("/v1")
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"backend URL must start with http:// or https://: {url!r}")
             # Order matters nowhere (rendezvous hashing is order-free), duplicates would

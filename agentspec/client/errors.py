@@ -35,9 +35,7 @@ class InvalidIdError(AgentSpecClientError, ValueError):
     def __init__(self, field: str, value: object) -> None:
         self.field = field
         self.value = value
-        super().__init__(
-            f"invalid {field} {value!r}: ids are 1 to 128 characters of [A-Za-z0-9._:@/-]"
-        )
+        super().__init__(f"invalid {field} {value!r}: ids are 1 to 128 characters of [A-Za-z0-9._:@/-]")
 
 
 class InvalidSeedError(AgentSpecClientError, ValueError):
@@ -67,8 +65,7 @@ class NoHealthyBackendError(AgentSpecClientError):
         self.last_error = last_error
         detail = f"; last error: {last_error!r}" if last_error is not None else ""
         super().__init__(
-            f"no healthy backend among {len(self.backends)} configured "
-            f"({', '.join(self.backends)}){detail}"
+            f"no healthy backend among {len(self.backends)} configured ({', '.join(self.backends)}){detail}"
         )
 
 

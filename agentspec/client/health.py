@@ -9,12 +9,15 @@ A backend is marked down by a failed call (connection error, timeout, 5xx) or by
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 import httpx
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "BackendState",
@@ -109,9 +112,7 @@ def probe(http: httpx.Client, backend: str, timeout: float) -> tuple[bool, str |
         return False, f"/health failed: {exc!r}"
 
 
-async def aprobe(
-    http: httpx.AsyncClient, backend: str, timeout: float
-) -> tuple[bool, str | None]:
+async def aprobe(http: httpx.AsyncClient, backend: str, timeout: float) -> tuple[bool, str | None]:
     """Async twin of :func:`probe`."""
     try:
         return _verdict(await http.get(f"{backend}/health", timeout=timeout))
@@ -119,9 +120,7 @@ async def aprobe(
         return False, f"/health failed: {exc!r}"
 
 
-def probe_all(
-    http: httpx.Client, book: HealthBook, backends: Sequence[str], timeout: float
-) -> None:
+def probe_all(http: httpx.Client, book: HealthBook, backends: Sequence[str], timeout: float) -> None:
     """Probe ``backends`` one after another and record the verdicts."""
     for backend in backends:
         book.record(backend, *probe(http, backend, timeout))
@@ -153,8 +152,8 @@ class HealthThread(threading.Thread):
         while not self._stop_event.wait(self._interval):
             try:
                 self._run_once()
-            except Exception:  # noqa: BLE001 - a probe bug must not kill the monitor
-                pass
+            except Exception:  # a probe bug must not kill the monitor
+                logger.warning("agentspec health check failed", exc_info=True)
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -166,5 +165,5 @@ async def run_health_loop(run_once: Callable[[], Awaitable[None]], interval: flo
         await anyio.sleep(interval)
         try:
             await run_once()
-        except Exception:  # noqa: BLE001 - a probe bug must not kill the monitor
-            pass
+        except Exception:  # a probe bug must not kill the monitor
+            logger.warning("agentspec health check failed", exc_info=True)

@@ -33,9 +33,7 @@ __all__ = [
 
 def rendezvous_score(key: str, backend: str) -> int:
     """The 64-bit rendezvous (highest-random-weight) score of ``backend`` for ``key``."""
-    digest = hashlib.blake2b(
-        key.encode("utf-8") + b"\x00" + backend.encode("utf-8"), digest_size=8
-    ).digest()
+    digest = hashlib.blake2b(key.encode("utf-8") + b"\x00" + backend.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big")
 
 
@@ -108,12 +106,18 @@ class PinTable:
             raise ValueError("load_factor must be >= 1")
         self._factor = load_factor
         self._pins: dict[str, _Pin] = {}
+        # Open sessions per backend, kept in step with the pins: resolve() is on every
+        # call's path and must not walk every group.
+        self._loads: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def register(self, group: str) -> None:
         """Count one more open session of ``group``."""
         with self._lock:
-            self._pins.setdefault(group, _Pin()).sessions += 1
+            pin = self._pins.setdefault(group, _Pin())
+            pin.sessions += 1
+            if pin.backend is not None:
+                self._add_load(pin.backend, 1)
 
     def unregister(self, group: str) -> None:
         """Count one session of ``group`` fewer; the pin is forgotten with its last session."""
@@ -122,6 +126,8 @@ class PinTable:
             if pin is None:
                 return
             pin.sessions -= 1
+            if pin.backend is not None:
+                self._add_load(pin.backend, -1)
             if pin.sessions <= 0:
                 del self._pins[group]
 
@@ -140,8 +146,11 @@ class PinTable:
                 pin.sessions = 1
             if pin.backend is not None and pin.backend in healthy:
                 return pin.backend
-            loads = self._loads_locked(exclude=group)
-            pin.backend = pick_backend(group, healthy, loads, self._factor)
+            if pin.backend is not None:
+                # Count the group's own sessions out: a group never competes with itself.
+                self._add_load(pin.backend, -pin.sessions)
+            pin.backend = pick_backend(group, healthy, self._loads, self._factor)
+            self._add_load(pin.backend, pin.sessions)
             return pin.backend
 
     def backend_of(self, group: str) -> str | None:
@@ -153,11 +162,11 @@ class PinTable:
     def loads(self) -> dict[str, int]:
         """Open sessions per backend, over pinned groups."""
         with self._lock:
-            return self._loads_locked()
+            return dict(self._loads)
 
-    def _loads_locked(self, exclude: str | None = None) -> dict[str, int]:
-        loads: dict[str, int] = {}
-        for name, pin in self._pins.items():
-            if pin.backend is not None and name != exclude:
-                loads[pin.backend] = loads.get(pin.backend, 0) + pin.sessions
-        return loads
+    def _add_load(self, backend: str, delta: int) -> None:
+        n = self._loads.get(backend, 0) + delta
+        if n > 0:
+            self._loads[backend] = n
+        else:
+            self._loads.pop(backend, None)

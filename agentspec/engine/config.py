@@ -20,6 +20,12 @@ from agentspec.policy import IndexConfig
 #: JSON object of :class:`EngineSettings`; set → the plugin substitutes the proposer.
 ENV_CONFIG = "AGENTSPEC_ENGINE_CONFIG"
 
+#: Keys of ``vllm_xargs`` (``SamplingParams.extra_args`` in the engine): the internal form
+#: the middleware writes and the proposer reads.
+XARG_SESSION = "session_id"
+XARG_GROUP = "group_id"
+XARG_SEEDS = "agentspec_seeds"  # JSON list of {"token_ids", "scope", "kind"}
+
 
 class EngineSettings(BaseModel):
     """What ``agentspec serve`` decides for the server's processes.
@@ -50,9 +56,7 @@ class EngineSettings(BaseModel):
     max_seeds_per_request: int = Field(16, ge=0)
     max_seed_tokens_per_request: int = Field(32768, ge=0)
 
-    publish_interval_s: float = Field(
-        0.2, gt=0, description="Least time between two statistics snapshots while busy."
-    )
+    publish_interval_s: float = Field(0.2, gt=0, description="Least time between two statistics snapshots while busy.")
 
     @model_validator(mode="after")
     def _batches_ordered(self) -> EngineSettings:
@@ -78,5 +82,5 @@ def load_settings() -> EngineSettings:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{ENV_CONFIG} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{ENV_CONFIG} must hold a JSON object, got {type(data).__name__}")
+        raise ValueError(f"{ENV_CONFIG} must hold a JSON object, got {type(data).__name__}")  # noqa: TRY004
     return EngineSettings.model_validate(data)

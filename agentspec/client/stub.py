@@ -1,0 +1,379 @@
+"""A small real HTTP server that speaks the slice of the OpenAI API (plus agentspec's wire
+additions) that the client uses, for fast tests and for measuring client overhead.
+
+It is not a model: chat replies echo the last user message, token completions add one to
+each prompt id. It does check what a real agentspec server checks (ids, seeds) and keeps
+per-session counters like ``GET /agentspec/v1/sessions/{id}``, so client tests observe
+the wire, and it can fail on demand (5xx, a cut stream, an unhealthy ``/health``, a stop).
+
+Needs ``starlette`` and ``uvicorn`` (both come with vLLM)::
+
+    with StubServer() as server:
+        client = AgentSpecClient(backends=[server.url])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Self
+
+__all__ = ["RecordedRequest", "StubServer"]
+
+_ID_RE = re.compile(r"[A-Za-z0-9._:@/-]{1,128}")
+_KINDS = {"prior_turn", "repair_attempt", "sibling_output", "document"}
+MAX_SEEDS = 16
+MAX_SEED_TOKENS = 32768
+VOCAB = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the stub received it (headers lower-cased)."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+    @property
+    def session_id(self) -> str | None:
+        return self.headers.get("x-session-id")
+
+
+@dataclasses.dataclass
+class _SessionState:
+    group_id: str | None = None
+    calls: int = 0
+    seeded_tokens: int = 0
+    seeds: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+class _BadRequest(Exception):
+    pass
+
+
+class StubServer:
+    """An OpenAI-compatible stub on ``127.0.0.1``, served by uvicorn in a daemon thread.
+
+    ``stop()`` closes the port (callers then see connection errors, as with a dead server);
+    ``start()`` again reopens the same port with fresh state.
+    """
+
+    def __init__(self, port: int = 0, *, name: str = "stub", model: str = "stub-model") -> None:
+        self.name = name
+        self.model = model
+        self._port = port
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._server: Any = None
+        self.requests: list[RecordedRequest] = []
+        self.sessions: dict[str, _SessionState] = {}
+        # Fault injection, read by the handlers.
+        self.healthy = True
+        self.fail_status: int | None = None
+        self.fail_remaining = 0
+        self.cut_stream_after: int | None = None
+        self.delay_s = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> Self:
+        import uvicorn
+
+        if self.running:
+            return self
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # Restarting on the port of a stopped server must not wait out TIME_WAIT.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self._port))
+        self._port = sock.getsockname()[1]
+        self.reset()
+        config = uvicorn.Config(
+            self._app(),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
+        server = uvicorn.Server(config)
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name=f"stub-{self.name}", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"stub server {self.name} did not start")
+            time.sleep(0.005)
+        return self
+
+    def stop(self) -> None:
+        if self._server is None or self._thread is None:
+            return
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._server = None
+        self._thread = None
+
+    def reset(self) -> None:
+        """Forget recorded requests and sessions, clear faults."""
+        with self._lock:
+            self.requests = []
+            self.sessions = {}
+        self.healthy = True
+        self.fail_status = None
+        self.fail_remaining = 0
+        self.cut_stream_after = None
+        self.delay_s = 0.0
+
+    def fail_next(self, n: int = 1, status: int = 500) -> None:
+        """Answer the next ``n`` generation requests with ``status``."""
+        self.fail_status = status
+        self.fail_remaining = n
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def generation_requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.path.startswith("/v1/")]
+
+    # -- the app ---------------------------------------------------------------------------
+
+    def _app(self) -> Any:
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse, Response, StreamingResponse
+        from starlette.routing import Route
+
+        def error(status: int, message: str) -> JSONResponse:
+            return JSONResponse(
+                {"error": {"message": message, "type": "BadRequestError", "code": status}},
+                status_code=status,
+            )
+
+        async def health(request: Request) -> Response:
+            return Response(status_code=200 if self.healthy else 503)
+
+        async def models(request: Request) -> Response:
+            return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+
+        async def stats(request: Request) -> Response:
+            sid = request.path_params["session_id"]
+            with self._lock:
+                state = self.sessions.get(sid)
+            if state is None:
+                return error(404, f"no state for session {sid!r}")
+            return JSONResponse(
+                {
+                    "session_id": sid,
+                    "group_id": state.group_id,
+                    "calls": state.calls,
+                    "draft_steps": 0,
+                    "draft_tokens": 0,
+                    "accepted_tokens": 0,
+                    "acceptance_rate": 0.0,
+                    "indexed_tokens": 0,
+                    "seeded_tokens": state.seeded_tokens,
+                    "last_index_new_tokens": 0,
+                }
+            )
+
+        async def generate(request: Request) -> Response:
+            raw = await request.body()
+            try:
+                body = json.loads(raw)
+            except json.JSONDecodeError:
+                return error(400, "body is not JSON")
+            with self._lock:
+                self.requests.append(
+                    RecordedRequest(
+                        request.method,
+                        request.url.path,
+                        {k.lower(): v for k, v in request.headers.items()},
+                        body,
+                    )
+                )
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            if self.fail_remaining > 0 and self.fail_status is not None:
+                self.fail_remaining -= 1
+                return error(self.fail_status, "injected failure")
+            try:
+                self._accept(request.headers, body)
+            except _BadRequest as exc:
+                return error(400, str(exc))
+            chat = request.url.path.endswith("/chat/completions")
+            prompt = body.get("prompt")
+            if not chat and not (
+                isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)
+            ):
+                return error(400, "the stub completes token-id prompts only")
+            if body.get("stream"):
+                if not chat:
+                    return error(400, "the stub streams chat completions only")
+                return StreamingResponse(self._stream(body), media_type="text/event-stream")
+            return JSONResponse(self._chat(body) if chat else self._completion(body))
+
+        return Starlette(
+            routes=[
+                Route("/health", health),
+                Route("/v1/models", models),
+                Route("/v1/chat/completions", generate, methods=["POST"]),
+                Route("/v1/completions", generate, methods=["POST"]),
+                Route("/agentspec/v1/sessions/{session_id:path}", stats),
+            ]
+        )
+
+    # -- request handling ------------------------------------------------------------------
+
+    def _accept(self, headers: Any, body: dict[str, Any]) -> None:
+        """Check ids and seeds as the agentspec server does, and count them."""
+        xargs = body.get("vllm_xargs") or {}
+        sid = xargs.get("session_id") or headers.get("x-session-id")
+        gid = xargs.get("group_id") or headers.get("x-group-id")
+        for field, value in (("session_id", sid), ("group_id", gid)):
+            if value is not None and not _ID_RE.fullmatch(str(value)):
+                raise _BadRequest(f"invalid {field}")
+        seeds = body.get("agentspec_seeds") or []
+        if len(seeds) > MAX_SEEDS:
+            raise _BadRequest(f"agentspec_seeds: at most {MAX_SEEDS} seeds per request")
+        total = 0
+        for i, seed in enumerate(seeds):
+            has_text, has_ids = "text" in seed, "token_ids" in seed
+            if has_text == has_ids:
+                raise _BadRequest(f"agentspec_seeds[{i}]: exactly one of text or token_ids")
+            if seed.get("kind", "prior_turn") not in _KINDS:
+                raise _BadRequest(f"agentspec_seeds[{i}].kind is unknown")
+            total += len(seed["text"].split()) if has_text else len(seed["token_ids"])
+        if total > MAX_SEED_TOKENS:
+            raise _BadRequest(f"agentspec_seeds: over {MAX_SEED_TOKENS} tokens")
+        if sid is None:
+            return
+        with self._lock:
+            state = self.sessions.setdefault(sid, _SessionState())
+            state.group_id = gid or sid
+            state.calls += 1
+            state.seeded_tokens += total
+            state.seeds.extend(seeds)
+
+    def _reply_text(self, body: dict[str, Any]) -> str:
+        last = ""
+        for message in body.get("messages") or ():
+            if message.get("role") == "user" and isinstance(message.get("content"), str):
+                last = message["content"]
+        return f"echo: {last}"
+
+    def _tool_call(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        tools = body.get("tools") or []
+        if not tools or body.get("tool_choice") in (None, "none"):
+            return None
+        name = tools[0].get("function", {}).get("name", "tool")
+        return {
+            "id": "call_0",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps({"echo": self._reply_text(body)})},
+        }
+
+    def _chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        call = self._tool_call(body)
+        text = self._reply_text(body)
+        message: dict[str, Any] = {"role": "assistant", "content": None if call else text}
+        if call:
+            message["tool_calls"] = [call]
+        n = len(text.split())
+        return {
+            "id": "chatcmpl-stub",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model") or self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if call else "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},
+        }
+
+    def _completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        prompt = body["prompt"]
+        n = int(body.get("max_tokens") or 16)
+        out = [(prompt[-1] + 1 + i) % VOCAB for i in range(n)]
+        choice: dict[str, Any] = {
+            "index": 0,
+            "text": " ".join(str(t) for t in out),
+            "finish_reason": "length",
+            "token_ids": out if body.get("return_token_ids") else None,
+            "prompt_token_ids": prompt if body.get("return_token_ids") else None,
+            "logprobs": None,
+        }
+        if body.get("logprobs") is not None:
+            choice["logprobs"] = {
+                "tokens": [f"token_id:{t}" for t in out],
+                "token_logprobs": [-0.5] * n,
+                "top_logprobs": [{f"token_id:{t}": -0.5} for t in out],
+                "text_offset": list(range(n)),
+            }
+        return {
+            "id": "cmpl-stub",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model") or self.model,
+            "choices": [choice],
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": n, "total_tokens": len(prompt) + n},
+        }
+
+    async def _stream(self, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            chunk = {
+                "id": "chatcmpl-stub",
+                "object": "chat.completion.chunk",
+                "model": body.get("model") or self.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            return f"data: {json.dumps(chunk)}\n\n".encode()
+
+        cut = self.cut_stream_after
+        self.cut_stream_after = None
+        yield event({"role": "assistant", "content": ""})
+        words = self._reply_text(body).split(" ")
+        call = self._tool_call(body)
+        for i, word in enumerate(words):
+            if cut is not None and i >= cut:
+                # Abort mid-stream: uvicorn drops the connection without the final chunk.
+                raise ConnectionAbortedError("injected stream cut")
+            yield event({"content": word if i == 0 else " " + word})
+            await asyncio.sleep(0)
+        if call:
+            yield event({"tool_calls": [{"index": 0, **call}]})
+        yield event({}, "tool_calls" if call else "stop")
+        if (body.get("stream_options") or {}).get("include_usage"):
+            n = len(words)
+            usage = {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}
+            yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode()
+        yield b"data: [DONE]\n\n"

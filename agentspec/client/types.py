@@ -1,0 +1,92 @@
+"""Result types: what a session returns and records."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["ChatResult", "SessionStats", "TokenCompletion", "Turn"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    """One completed call of a session, as recorded in ``session.turns``.
+
+    Chat turns fill ``messages``/``message``; token turns fill ``prompt_token_ids``/
+    ``output_token_ids``. ``backend`` is the server that produced the output; ``attempts``
+    counts tries (more than one when the call failed over).
+    """
+
+    index: int
+    kind: Literal["chat", "tokens"]
+    backend: str
+    attempts: int
+    text: str
+    finish_reason: str | None
+    streamed: bool = False
+    messages: tuple[dict[str, Any], ...] | None = None
+    message: dict[str, Any] | None = None
+    prompt_token_ids: tuple[int, ...] | None = None
+    output_token_ids: tuple[int, ...] | None = None
+    usage: dict[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatResult:
+    """A chat completion: the first choice's message, plus the raw response."""
+
+    message: dict[str, Any]
+    """``{"role": "assistant", "content": ..., "tool_calls": [...]}`` as the server sent it."""
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+    backend: str
+    raw: dict[str, Any]
+    """The whole response body (all choices, ids, vLLM extras)."""
+    turn: Turn
+
+    @property
+    def content(self) -> str | None:
+        content = self.message.get("content")
+        return content if isinstance(content, str) else None
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        return list(self.message.get("tool_calls") or [])
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenCompletion:
+    """A token-in/token-out completion (vLLM ``/v1/completions`` with a token-id prompt)."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: str | None
+    prompt_token_ids: tuple[int, ...] | None
+    logprobs: tuple[float | None, ...] | None
+    """Per generated token, when ``logprobs`` was requested."""
+    top_logprobs: tuple[dict[str, float] | None, ...] | None
+    usage: dict[str, Any] | None
+    backend: str
+    raw: dict[str, Any]
+    turn: Turn
+
+
+class SessionStats(BaseModel):
+    """``GET /agentspec/v1/sessions/{id}``: the server's view of one session."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    session_id: str
+    group_id: str | None = None
+    calls: int = 0
+    draft_steps: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    acceptance_rate: float | None = None
+    indexed_tokens: int = 0
+    seeded_tokens: int = 0
+    last_index_new_tokens: int = 0
+    backend: str | None = None
+    """Filled by the client: the backend that answered."""

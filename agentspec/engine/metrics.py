@@ -1,0 +1,198 @@
+"""Statistics from the proposer (worker process) to the HTTP server (another process).
+
+The proposer runs in vLLM's model-worker process, the OpenAI server in the API-server
+process. The worker publishes a small JSON snapshot of its counters and per-session stats
+into a folder (``EngineSettings.state_dir``), written atomically (temporary file, then
+``os.replace``), so a reader sees either the previous or the next snapshot, never half of
+one. The API server's middleware reads the snapshots to answer
+``GET /agentspec/v1/sessions/{id}`` and to append the ``agentspec_*`` series to vLLM's
+``/metrics``. This works whatever process layout vLLM picks (one or several API servers,
+Prometheus multiprocess mode or not) and costs the worker nothing between snapshots.
+
+One snapshot file per drafting worker (``proposer-dp<rank>.json``); readers merge them:
+counters add up, a session is reported from the worker that holds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+SNAPSHOT_GLOB = "proposer-*.json"
+SCHEMA_VERSION = 1
+
+#: Engine counters published in ``snapshot["engine"]``, with their help text. Keys ending in
+#: ``_total`` are Prometheus counters, the others gauges.
+ENGINE_SERIES: dict[str, str] = {
+    "calls_started_total": "Requests the proposer started drafting for.",
+    "calls_finished_total": "Requests released (finished or aborted) as vLLM reported them.",
+    "index_new_tokens_total": "Prompt tokens indexed at call start (new to the session's stream).",
+    "index_reused_tokens_total": "Prompt tokens already indexed by the session, not indexed again.",
+    "seeded_tokens_total": "Tokens seeded into sessions and groups from requests.",
+    "seed_errors_total": "Seeds refused by the index (over its limits).",
+    "budget_limited_steps_total": "Draft steps whose budget the batch size cut below the maximum.",
+    "budget_off_steps_total": "Draft steps with drafting switched off by the batch size.",
+    "draft_budget": "Draft budget (tokens per request) of the latest step.",
+    "batch_size": "Requests in the latest draft step.",
+}
+
+
+def session_view(session_id: str, stats: dict[str, Any]) -> dict[str, Any]:
+    """The wire form of one session's stats (docs/wire.md)."""
+    drafted = int(stats.get("drafted_tokens", 0))
+    accepted = int(stats.get("accepted_tokens", 0))
+    return {
+        "session_id": session_id,
+        "group_id": stats.get("group_id"),
+        "calls": int(stats.get("calls", 0)),
+        "draft_steps": int(stats.get("draft_steps", 0)),
+        "draft_tokens": drafted,
+        "accepted_tokens": accepted,
+        "acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0,
+        "indexed_tokens": int(stats.get("indexed_tokens", 0)),
+        "seeded_tokens": int(stats.get("seeded_tokens", 0)),
+        "last_index_new_tokens": int(stats.get("last_index_new_tokens", 0)),
+        "held_tokens": int(stats.get("held_tokens", 0)),
+    }
+
+
+class SnapshotWriter:
+    """Writes the proposer's snapshot atomically into ``state_dir``."""
+
+    def __init__(self, state_dir: str | os.PathLike[str], name: str) -> None:
+        self.dir = Path(state_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / name
+
+    def write(self, snapshot: dict[str, Any]) -> None:
+        data = json.dumps({"schema": SCHEMA_VERSION, "written_at": time.time(), **snapshot})
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(data)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+@dataclass
+class SnapshotReader:
+    """Reads and caches the snapshots in ``state_dir`` (re-parsed only when a file changes)."""
+
+    state_dir: Path
+    _cache: dict[Path, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+
+    def snapshots(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for path in sorted(self.state_dir.glob(SNAPSHOT_GLOB)):
+            try:
+                mtime = path.stat().st_mtime_ns
+                cached = self._cache.get(path)
+                if cached is None or cached[0] != mtime:
+                    cached = (mtime, json.loads(path.read_text()))
+                    self._cache[path] = cached
+                out.append(cached[1])
+            except (OSError, ValueError):
+                continue  # replaced between stat and read, or a foreign file: skip this round
+        return out
+
+    def session(self, session_id: str) -> dict[str, Any] | None:
+        """The wire view of one session, or ``None`` if no worker holds it."""
+        for snap in self.snapshots():
+            stats = snap.get("sessions", {}).get(session_id)
+            if stats is not None:
+                return session_view(session_id, stats)
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        """Server-wide totals over all workers (``GET /agentspec/v1/stats``)."""
+        snaps = self.snapshots()
+        return {
+            "workers": len(snaps),
+            "written_at": max((s.get("written_at", 0.0) for s in snaps), default=None),
+            "engine": _sum_dicts(s.get("engine", {}) for s in snaps),
+            "index": _sum_dicts(s.get("index", {}) for s in snaps),
+        }
+
+    def prometheus_text(self) -> bytes:
+        """The ``agentspec_*`` series in Prometheus text format."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_SnapshotCollector(self))
+        return generate_latest(registry)
+
+
+def _sum_dicts(dicts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    total: dict[str, Any] = {}
+    for d in dicts:
+        for key, value in d.items():
+            if isinstance(value, dict):
+                total[key] = _sum_dicts([total.get(key, {}), value])
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                total[key] = total.get(key, 0) + value
+    return total
+
+
+class _SnapshotCollector(Collector):
+    """Turns the merged snapshots into Prometheus metric families at scrape time."""
+
+    def __init__(self, reader: SnapshotReader) -> None:
+        self.reader = reader
+
+    def collect(self) -> Iterator[Any]:
+        summary = self.reader.summary()
+        index = summary["index"]
+        engine = summary["engine"]
+
+        for key, help_text in (
+            ("drafts_by_level", "Drafts proposed, by the index level they came from."),
+            ("drafted_tokens_by_level", "Draft tokens proposed, by level."),
+            ("accepted_tokens_by_level", "Draft tokens the target model accepted, by level."),
+        ):
+            name = {
+                "drafts_by_level": "agentspec_drafts",
+                "drafted_tokens_by_level": "agentspec_draft_tokens",
+                "accepted_tokens_by_level": "agentspec_accepted_tokens",
+            }[key]
+            fam = CounterMetricFamily(name, help_text, labels=["level"])
+            for level, value in sorted(index.get(key, {}).items()):
+                fam.add_metric([level], value)
+            yield fam
+
+        gauges = {
+            "sessions": "Sessions held by the draft index.",
+            "groups": "Groups held by the draft index.",
+            "active_calls": "Requests the proposer is drafting for.",
+            "memory_bytes": "Estimated memory of the draft index's suffix trees.",
+        }
+        for key, help_text in gauges.items():
+            name = "agentspec_index_memory_bytes" if key == "memory_bytes" else f"agentspec_{key}"
+            yield GaugeMetricFamily(name, help_text, value=index.get(key, 0))
+        tokens = GaugeMetricFamily("agentspec_index_tokens", "Tokens held by the index, by level.", labels=["level"])
+        for level in ("session", "group", "global"):
+            tokens.add_metric([level], index.get(f"{level}_tokens", 0))
+        yield tokens
+        evicted = CounterMetricFamily("agentspec_evictions", "Evicted sessions and groups.", labels=["scope"])
+        evicted.add_metric(["session"], index.get("evicted_sessions", 0))
+        evicted.add_metric(["group"], index.get("evicted_groups", 0))
+        yield evicted
+        yield CounterMetricFamily(
+            "agentspec_evicted_tokens", "Tokens dropped by eviction.", value=index.get("evicted_tokens", 0)
+        )
+
+        for key, help_text in ENGINE_SERIES.items():
+            value = engine.get(key, 0)
+            if key.endswith("_total"):
+                yield CounterMetricFamily(f"agentspec_{key[: -len('_total')]}", help_text, value=value)
+            else:
+                yield GaugeMetricFamily(f"agentspec_{key}", help_text, value=value)

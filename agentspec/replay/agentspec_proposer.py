@@ -1,0 +1,68 @@
+"""The agentspec draft index as a replay proposer.
+
+The same :class:`agentspec.index.DraftIndex` the vLLM plugin runs, driven the same
+way: ``start_call`` with the call's session and group, ``extend_call`` with every
+step's emitted tokens, ``propose``, ``record_verification`` and ``finish_call``.
+The index sees only the prompt it is given, so under ``--window`` it keeps what
+the condenser dropped only if its session level retained it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from agentspec.replay.calls import CallSpec
+from agentspec.replay.proposer import EMPTY_DRAFT, Draft, Proposer, ProposerSettings, register_proposer
+
+
+class AgentspecProposer:
+    def __init__(self, index: Any) -> None:
+        self.index = index
+
+    def begin_call(self, call: CallSpec, prompt: np.ndarray) -> None:
+        self.index.start_call(call.call_id, prompt, session_id=call.session_id, group_id=call.group_id)
+
+    def observe(self, call_id: str, tokens: np.ndarray) -> None:
+        self.index.extend_call(call_id, tokens)
+
+    def propose(self, call_id: str, context: np.ndarray) -> Draft:
+        # The index holds the call's context itself; ``context`` is not needed.
+        d = self.index.propose(call_id)
+        return Draft(d.token_ids) if d.token_ids else EMPTY_DRAFT
+
+    def verified(self, call_id: str, drafted: int, accepted: int) -> None:
+        if drafted:
+            self.index.record_verification(call_id, drafted=drafted, accepted=accepted)
+
+    def end_call(self, call_id: str) -> None:
+        self.index.finish_call(call_id)
+
+    def memory_bytes(self) -> int:
+        stats = self.index.stats()
+        for name in ("memory_bytes", "bytes", "estimated_bytes"):
+            value = getattr(stats, name, None)
+            if isinstance(value, int):
+                return value
+        return 0
+
+
+def make_agentspec_index(settings: ProposerSettings) -> Any:
+    """A DraftIndex with the index's default policy, overridden where asked."""
+    from agentspec.index import DraftIndex
+    from agentspec.policy import DraftPolicy, IndexConfig
+
+    overrides: dict[str, int] = {}
+    if settings.agentspec_depth is not None:
+        overrides["max_depth"] = settings.agentspec_depth
+    if settings.agentspec_tokens is not None:
+        overrides["max_spec_tokens"] = settings.agentspec_tokens
+    if not overrides:
+        return DraftIndex(IndexConfig())
+    return DraftIndex(IndexConfig(policy=DraftPolicy(**overrides)))
+
+
+@register_proposer("agentspec")
+def _agentspec(settings: ProposerSettings) -> Proposer:
+    return AgentspecProposer(make_agentspec_index(settings))

@@ -1,0 +1,155 @@
+"""``agentspec bench``: the replay benchmark's command line (registered by agentspec.cli)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from agentspec.replay.config import DEFAULT_PROPOSERS, ReplayConfig, parse_routing
+from agentspec.replay.cost import CostModel
+from agentspec.replay.proposer import ProposerSettings
+from agentspec.replay.report import print_report, write_json, write_plot
+from agentspec.replay.run import run_replay
+from agentspec.replay.simulate import SourceResult
+
+
+def _csv(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    items = tuple(p.strip() for p in text.split(",") if p.strip())
+    return items or None
+
+
+def bench(
+    data: Annotated[
+        Path | None,
+        typer.Option(help="Trajectories file (.jsonl[.gz]). Default: the bundled slice.", dir_okay=False),
+    ] = None,
+    sources: Annotated[str | None, typer.Option(help="Comma list of sources (default: all).")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most N trajectories per source.", min=1)] = None,
+    proposers: Annotated[str, typer.Option(help="Comma list of proposers to compare.")] = ",".join(
+        DEFAULT_PROPOSERS
+    ),
+    replicas: Annotated[int, typer.Option(help="Simulated servers, each with its own index.", min=1)] = 1,
+    routing: Annotated[
+        str,
+        typer.Option(
+            help="spread|session|group, or per proposer: 'agentspec=group,vllm-suffix=spread'. "
+            "'auto': group for agentspec and oracle, spread for the vLLM baselines."
+        ),
+    ] = "auto",
+    window: Annotated[
+        int | None,
+        typer.Option(
+            help="Condenser emulation: keep system + task + recent messages within N tokens.", min=1
+        ),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(help="Trajectories in flight (turns interleaved).", min=1)] = 8,
+    jobs: Annotated[int, typer.Option(help="Replay sources in N parallel processes.", min=1)] = 1,
+    baseline: Annotated[str, typer.Option(help="Proposer the table's ratios refer to.")] = "vllm-suffix",
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write records as JSON here.", dir_okay=False)
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="Write an AL bar chart (PNG) here.", dir_okay=False)
+    ] = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="Token cache (default ~/.cache/agentspec/replay).", file_okay=False)
+    ] = None,
+    step_ms: Annotated[
+        float, typer.Option(help="Cost model: one target decoding step, ms.")
+    ] = CostModel().step_ms,
+    draft_token_ms: Annotated[
+        float, typer.Option(help="Cost model: extra ms per verified draft token.")
+    ] = CostModel().draft_token_ms,
+    ngram_k: Annotated[
+        int, typer.Option(help="vllm-ngram: num_speculative_tokens.")
+    ] = ProposerSettings().ngram_k,
+    ngram_min: Annotated[
+        int, typer.Option(help="vllm-ngram: prompt_lookup_min.")
+    ] = ProposerSettings().ngram_min,
+    ngram_max: Annotated[
+        int, typer.Option(help="vllm-ngram: prompt_lookup_max.")
+    ] = ProposerSettings().ngram_max,
+    ngram_impl: Annotated[
+        str, typer.Option(help="vllm-ngram: 'auto' (vLLM's function if importable), 'vllm' or 'numpy'.")
+    ] = "auto",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+) -> None:
+    """Replay recorded agent trajectories through draft proposers and compare them."""
+    console = Console()
+    try:
+        default_routing, per_proposer = (None, {}) if routing == "auto" else parse_routing(routing)
+        config = ReplayConfig(
+            data=data,
+            sources=_csv(sources),
+            limit=limit,
+            proposers=_csv(proposers) or DEFAULT_PROPOSERS,
+            replicas=replicas,
+            routing=per_proposer,
+            default_routing=default_routing,
+            window=window,
+            concurrency=concurrency,
+            jobs=jobs,
+            cache_dir=cache_dir,
+            baseline=baseline,
+            proposer_settings=ProposerSettings(
+                ngram_k=ngram_k,
+                ngram_min=ngram_min,
+                ngram_max=ngram_max,
+                ngram_impl=ngram_impl,  # type: ignore[arg-type]
+            ),
+            cost=CostModel(step_ms=step_ms, draft_token_ms=draft_token_ms),
+        )
+    except (ValueError, ValidationError) as e:
+        raise typer.BadParameter(str(e)) from e
+
+    progress = Progress(
+        TextColumn("{task.description:<24}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=quiet,
+        transient=True,
+    )
+    tasks: dict[str, TaskID] = {}
+
+    def on_start(source: str, calls: int) -> None:
+        tasks[source] = progress.add_task(source, total=calls)
+
+    def on_call(source: str) -> None:
+        progress.advance(tasks[source])
+
+    def on_done(res: SourceResult) -> None:
+        task = tasks[res.source]
+        progress.update(task, completed=progress.tasks[task].total)
+
+    def on_tokenized(source: str) -> None:
+        progress.console.log(f"tokenized and cached {source}")
+
+    try:
+        with progress:
+            result = run_replay(
+                config,
+                on_tokenized=on_tokenized,
+                on_start=on_start,
+                on_call=on_call,
+                on_source_done=on_done,
+            )
+    except (ValueError, FileNotFoundError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from e
+
+    print_report(result, console, baseline)
+    if json_path is not None:
+        write_json(result, json_path)
+        console.print(f"wrote {json_path}")
+    if plot is not None:
+        write_plot(result, plot)
+        console.print(f"wrote {plot}")

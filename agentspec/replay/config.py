@@ -1,0 +1,110 @@
+"""Settings of a replay run (the Python API's ``ReplayConfig``)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from agentspec.replay.cost import CostModel
+from agentspec.replay.proposer import ProposerSettings
+
+DEFAULT_PROPOSERS = ("none", "vllm-ngram", "vllm-suffix", "agentspec", "oracle")
+#: Proposers whose state spans calls and that are pinned by group by default.
+SESSION_AWARE = frozenset({"agentspec", "oracle"})
+
+
+class Routing(str, Enum):
+    """How calls are routed to replicas (each replica has its own proposer state)."""
+
+    #: Every call lands anywhere: a stable hash of (trajectory, turn).
+    SPREAD = "spread"
+    #: A session's calls stay on one replica.
+    SESSION = "session"
+    #: A group's sessions stay on one replica.
+    GROUP = "group"
+
+
+def bundled_data() -> Path:
+    """The small slice of recorded trajectories shipped with the package."""
+    return Path(__file__).parent / "data" / "slice.jsonl.gz"
+
+
+class ReplayConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Trajectories file (``.jsonl`` or ``.jsonl.gz``); None = the bundled slice.
+    data: Path | None = None
+    #: Sources to replay (None = every source in the file, in file order).
+    sources: tuple[str, ...] | None = None
+    #: At most this many trajectories per source (file order).
+    limit: int | None = Field(default=None, ge=1)
+    proposers: tuple[str, ...] = DEFAULT_PROPOSERS
+    #: Simulated servers; each holds its own proposer state.
+    replicas: int = Field(default=1, ge=1)
+    #: Routing per proposer; a proposer not named here uses ``default_routing``,
+    #: or when that is None: group pinning for agentspec and the oracle, spread
+    #: for the vLLM baselines (what a session-unaware router does).
+    routing: dict[str, Routing] = Field(default_factory=dict)
+    default_routing: Routing | None = None
+    #: Condenser emulation: prompts keep system + first user + recent messages
+    #: within this many tokens (None = whole prompts).
+    window: int | None = Field(default=None, ge=1)
+    #: Trajectories in flight at once; their turns are interleaved round robin.
+    concurrency: int = Field(default=8, ge=1)
+    #: Sources replayed in parallel processes.
+    jobs: int = Field(default=1, ge=1)
+    cache_dir: Path | None = None
+    #: Ratios in reports are relative to this proposer (when it ran).
+    baseline: str = "vllm-suffix"
+    proposer_settings: ProposerSettings = ProposerSettings()
+    cost: CostModel = CostModel()
+    #: Sample index memory every this many calls (it is not free to measure).
+    memory_every: int = Field(default=256, ge=1)
+
+    @field_validator("proposers")
+    @classmethod
+    def _unique(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("at least one proposer")
+        if len(set(v)) != len(v):
+            raise ValueError(f"proposers repeat: {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _routing_names(self) -> ReplayConfig:
+        unknown = set(self.routing) - set(self.proposers)
+        if unknown:
+            raise ValueError(f"routing given for proposers not run: {sorted(unknown)}")
+        return self
+
+    def data_path(self) -> Path:
+        return self.data if self.data is not None else bundled_data()
+
+    def routing_for(self, proposer: str) -> Routing:
+        if proposer in self.routing:
+            return self.routing[proposer]
+        if self.default_routing is not None:
+            return self.default_routing
+        return Routing.GROUP if proposer in SESSION_AWARE else Routing.SPREAD
+
+
+def parse_routing(text: str) -> tuple[Routing | None, dict[str, Routing]]:
+    """``"group"`` or ``"agentspec=group,vllm-suffix=spread"`` (or a mix: a bare
+    policy sets the default for proposers not named)."""
+    default: Routing | None = None
+    per: dict[str, Routing] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, policy = part.rpartition("=")
+        try:
+            value = Routing(policy.strip())
+        except ValueError:
+            raise ValueError(
+                f"unknown routing {policy!r}; use {', '.join(r.value for r in Routing)}"
+            ) from None
+        if sep:
+            per[name.strip()] = value
+        else:
+            default = value
+    return default, per

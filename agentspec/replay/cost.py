@@ -1,0 +1,41 @@
+"""The cost model that turns replay counts into an estimated speedup.
+
+A decoding step of the target model costs ``step_ms`` plus ``draft_token_ms`` per
+draft token it verifies (verification is batched into the same forward pass, so
+each extra token costs a small fraction of a step while decoding is memory
+bound). The drafter's own time is paid on the critical path: ``propose`` every
+step, the index upkeep (start, extend, finish) every call, both as measured by
+the replay. Without speculation every token is one step::
+
+    time_spec  = steps * step_ms + drafted_tokens * draft_token_ms
+                 + propose_time + index_time
+    time_plain = output_tokens * step_ms
+    speedup    = time_plain / time_spec
+
+Prefill is the same with and without speculation and is left out.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CostModel(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: One decoding step of the target model (batch of one request's view).
+    step_ms: float = Field(default=25.0, gt=0)
+    #: Extra verification cost per draft token in a step.
+    draft_token_ms: float = Field(default=0.25, ge=0)
+
+    def speedup(
+        self,
+        output_tokens: int,
+        steps: int,
+        drafted_tokens: int,
+        propose_ns: int,
+        index_ns: int,
+    ) -> float:
+        plain_ms = output_tokens * self.step_ms
+        spec_ms = steps * self.step_ms + drafted_tokens * self.draft_token_ms + (propose_ns + index_ns) / 1e6
+        return plain_ms / spec_ms if spec_ms > 0 else 1.0

@@ -1,0 +1,140 @@
+"""The proposer plug-in interface of the replay benchmark, and its registry.
+
+A proposer is driven call by call, the way a speculative-decoding engine drives
+its drafter: ``begin_call`` with the prompt, then for every decoding step
+``observe`` the tokens the step emitted and ``propose`` a draft for the next step,
+``verified`` with the outcome, and finally ``end_call``. One proposer instance is
+one server (replica): state it keeps across calls is what that server would keep.
+
+To add a proposer::
+
+    from agentspec.replay import register_proposer
+
+    @register_proposer("my-drafter")
+    def _make(settings: ProposerSettings) -> Proposer:
+        return MyDrafter(...)
+
+and pass ``--proposers my-drafter`` to ``agentspec bench``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentspec.replay.calls import CallSpec
+
+
+@dataclass(slots=True)
+class Draft:
+    """Draft tokens for the next step.
+
+    A linear draft has ``parents=None``. A tree draft (used by the oracle) gives
+    each node's parent index (``-1`` for a child of the current position); the
+    verifier accepts the longest root path that equals the true continuation.
+    """
+
+    token_ids: Sequence[int] = ()
+    parents: Sequence[int] | None = None
+
+
+EMPTY_DRAFT = Draft()
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    """A drafter as one server runs it. Methods are called by a single thread."""
+
+    def begin_call(self, call: CallSpec, prompt: np.ndarray) -> None:
+        """A new request arrives (``prompt``: 1-D contiguous int32)."""
+        ...
+
+    def observe(self, call_id: str, tokens: np.ndarray) -> None:
+        """The tokens a step emitted (accepted draft tokens + the bonus token)."""
+        ...
+
+    def propose(self, call_id: str, context: np.ndarray) -> Draft:
+        """Draft the next tokens; ``context`` is prompt + output so far (int32 view)."""
+        ...
+
+    def verified(self, call_id: str, drafted: int, accepted: int) -> None:
+        """Outcome of verifying the last draft (for drafters that adapt)."""
+        ...
+
+    def end_call(self, call_id: str) -> None:
+        """The request finished; release per-request state."""
+        ...
+
+    def memory_bytes(self) -> int:
+        """Current index memory in bytes (an estimate; 0 if it keeps none)."""
+        ...
+
+
+class ProposerSettings(BaseModel):
+    """Knobs the built-in proposers read (vLLM's defaults where vLLM has one).
+
+    vLLM has no default ``num_speculative_tokens`` for ngram (and falls back to
+    n = 5..5 when neither lookup bound is given); k = 8, n = 2..5 is the common
+    configuration and the one the project's measurements use.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # vLLM ngram: num_speculative_tokens, prompt_lookup_min / prompt_lookup_max.
+    ngram_k: int = 8
+    ngram_min: int = 2
+    ngram_max: int = 5
+    #: "auto" (vLLM's own function when vLLM is importable), "vllm" or "numpy".
+    ngram_impl: Literal["auto", "vllm", "numpy"] = "auto"
+    # vLLM suffix: SpeculativeConfig.suffix_decoding_* defaults in vLLM 0.32.
+    suffix_depth: int = 24
+    suffix_tokens: int = 24
+    suffix_factor: float = 1.0
+    suffix_min_prob: float = 0.1
+    suffix_cached_requests: int = 10000
+    # Oracle: tree speculation over a global index of everything seen.
+    oracle_depth: int = 64
+    oracle_nodes: int = 256
+    # agentspec DraftIndex policy overrides (None = the index's defaults).
+    agentspec_depth: int | None = None
+    agentspec_tokens: int | None = None
+    #: Free-form settings for proposers registered by others.
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+ProposerFactory = Callable[[ProposerSettings], Proposer]
+
+_REGISTRY: dict[str, ProposerFactory] = {}
+
+
+def register_proposer(name: str) -> Callable[[ProposerFactory], ProposerFactory]:
+    """Class/function decorator registering a proposer factory under ``name``."""
+
+    def deco(factory: ProposerFactory) -> ProposerFactory:
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def proposer_names() -> list[str]:
+    _load_builtins()
+    return list(_REGISTRY)
+
+
+def make_proposer(name: str, settings: ProposerSettings) -> Proposer:
+    _load_builtins()
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown proposer {name!r}; known: {', '.join(_REGISTRY)}") from None
+    return factory(settings)
+
+
+def _load_builtins() -> None:
+    # Imported for their registration side effect, late to avoid an import cycle.
+    from agentspec.replay import agentspec_proposer, baselines  # noqa: F401

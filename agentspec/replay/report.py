@@ -1,0 +1,137 @@
+"""Reports of a replay: a rich table, a JSON file and a bar chart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from agentspec.replay.run import ALL, ReplayResult
+
+
+def _ratio(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}×"
+
+
+#: Below this console width the table leaves out the cost columns (they stay in the JSON).
+COMPACT_BELOW = 130
+
+
+def render_table(result: ReplayResult, baseline: str | None = None, compact: bool = False) -> Table:
+    """One row per (source, proposer); sources are separated, "all" comes last."""
+    baseline = baseline or result.settings.get("baseline", "vllm-suffix")
+    s = result.settings
+    multi = (s.get("replicas") or 1) > 1
+    caption = (
+        f"AL = output tokens per decoding step (1.00 = no speculation); accept = accepted / "
+        f"drafted tokens; vs oracle (/oracle), vs {baseline} (/base): AL ratios. replicas={s.get('replicas')}, "
+        f"window={s.get('window')}, concurrency={s.get('concurrency')}. Speedup estimate: "
+        f"{s['cost']['step_ms']} ms/step + {s['cost']['draft_token_ms']} ms/draft token + "
+        f"measured drafter time."
+    )
+    table = Table(title="agentspec bench", caption=caption, caption_justify="left")
+    right = {"justify": "right", "no_wrap": True}
+    columns: list[tuple[str, dict[str, object]]] = [
+        ("source", {"overflow": "fold", "min_width": min(14, max(map(len, result.sources()), default=6))}),
+        ("proposer", {"no_wrap": True}),
+    ]
+    if multi:
+        columns.append(("routing", {}))
+    if not compact:
+        columns.append(("calls", right))
+    columns += [
+        ("AL", {**right, "style": "bold"}),
+        ("acc" if compact else "accept", right),
+        ("/oracle" if compact else "vs oracle", right),
+        ("/base" if compact else f"vs {baseline}", right),
+    ]
+    if not compact:
+        columns += [("index µs/call", right), ("propose µs/step", right), ("peak MB", right)]
+    columns.append(("speedup", {**right, "style": "bold"}))
+    for name, kw in columns:
+        table.add_column(name, **kw)  # type: ignore[arg-type]
+    sources = result.sources()
+    for i, source in enumerate(sources):
+        rows = [r for r in result.records if r.source == source]
+        best = max((r.al for r in rows if r.proposer not in ("oracle", "none")), default=None)
+        for k, r in enumerate(rows):
+            al = f"{r.al:.3f}"
+            if r.al == best:
+                al = f"[green]{al}[/green]"
+            cells = [source if k == 0 else "", r.proposer]
+            if multi:
+                cells.append(r.routing)
+            if not compact:
+                cells.append(f"{r.calls:,}")
+            cells += [
+                al,
+                f"{r.acceptance_rate:.0%}" if r.drafted_tokens else "—",
+                f"{r.al_vs_oracle:.0%}" if r.al_vs_oracle is not None else "—",
+                _ratio(r.al_vs_baseline),
+            ]
+            if not compact:
+                cells += [
+                    f"{r.index_us_per_call:,.0f}",
+                    f"{r.propose_us_per_step:,.1f}",
+                    f"{r.peak_index_mb:,.1f}",
+                ]
+            cells.append(f"{r.est_speedup:.2f}×")
+            table.add_row(
+                *cells,
+                end_section=i < len(sources) - 1 and k == len(rows) - 1,
+                style="bold" if source == ALL else None,
+            )
+    return table
+
+
+def print_report(result: ReplayResult, console: Console | None = None, baseline: str | None = None) -> None:
+    console = console or Console()
+    console.print(render_table(result, baseline, compact=console.width < COMPACT_BELOW))
+    calls = result.record(result.proposers()[0]).calls if result.records else 0
+    console.print(
+        f"{sum(result.trajectories.values())} trajectories, {calls:,} calls, "
+        f"replayed in {result.wall_s:.1f} s"
+    )
+
+
+def write_json(result: ReplayResult, path: Path) -> None:
+    """``{"settings": {...}, "records": [{"proposer", "source", "al", ...}, ...]}``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.to_json_dict(), indent=2) + "\n")
+
+
+def write_plot(result: ReplayResult, path: Path) -> None:
+    """Grouped bars: AL per source (groups) per proposer (bars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never open a window
+    import matplotlib.pyplot as plt
+
+    sources = result.sources()
+    proposers = result.proposers()
+    width = 0.8 / max(1, len(proposers))
+    fig, ax = plt.subplots(figsize=(min(16.0, 2.0 + 0.25 * len(sources) * max(1, len(proposers))), 4.8))
+    for j, name in enumerate(proposers):
+        xs = [i + (j - (len(proposers) - 1) / 2) * width for i in range(len(sources))]
+        ys = [result.record(name, s).al for s in sources]
+        bars = ax.bar(
+            xs,
+            ys,
+            width,
+            label=name,
+            hatch="//" if name == "oracle" else None,
+            alpha=0.55 if name == "oracle" else 1.0,
+        )
+        ax.bar_label(bars, fmt="%.2f", fontsize=6, padding=1)
+    ax.set_xticks(range(len(sources)), sources, rotation=20, ha="right")
+    ax.set_ylabel("AL (tokens per step)")
+    ax.axhline(1.0, color="grey", linewidth=0.6)
+    s = result.settings
+    ax.set_title(f"Replay AL by source (replicas={s.get('replicas')}, window={s.get('window')})")
+    ax.legend(fontsize=7, ncols=min(5, len(proposers)))
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)

@@ -1,0 +1,272 @@
+"""The replay loop: topology, routing, interleaving and greedy verification.
+
+Every recorded call is decoded again, step by step, against its recorded output.
+With greedy sampling the target model's next token is known (it is the recorded
+one), so a draft's fate is exact: the longest prefix of the draft that equals the
+true continuation is accepted, and the step also emits one token of its own (the
+"bonus" token), as vLLM's rejection sampler does at temperature 0. As in vLLM, a
+request's first output token comes from the prefill step, which drafts nothing;
+the drafter first runs after it, with the prompt and that token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from agentspec.replay.calls import CallSpec, ReplayCall, SourceWorkload
+from agentspec.replay.config import Routing
+from agentspec.replay.proposer import Draft, Proposer
+
+_now = time.perf_counter_ns
+
+
+@dataclass(slots=True)
+class Tally:
+    """Counts and timings of one proposer over a set of calls."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    steps: int = 0
+    proposals: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    index_ns: int = 0
+    propose_ns: int = 0
+    peak_memory_bytes: int = 0
+
+    def add(self, other: Tally) -> None:
+        for f in fields(self):
+            if f.name == "peak_memory_bytes":
+                # Sources run on their own fresh servers: the peak is the largest.
+                self.peak_memory_bytes = max(self.peak_memory_bytes, other.peak_memory_bytes)
+            else:
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+@dataclass(slots=True)
+class SourceResult:
+    source: str
+    trajectories: int
+    tallies: dict[str, Tally] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+def stable_hash(key: str) -> int:
+    """A hash that is the same in every process and run (unlike ``hash``)."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
+
+
+def route(spec: CallSpec, policy: Routing, replicas: int) -> int:
+    """The replica that serves a call."""
+    if replicas == 1:
+        return 0
+    if policy is Routing.SPREAD:
+        key = f"{spec.trajectory_id}#{spec.turn}"
+    elif policy is Routing.SESSION:
+        key = spec.session_id
+    else:
+        key = spec.group_id
+    return stable_hash(key) % replicas
+
+
+def interleave(trajectories: Sequence[Sequence[ReplayCall]], concurrency: int) -> Iterator[ReplayCall]:
+    """Calls in the order a fleet of ``concurrency`` concurrent agents sends them.
+
+    ``concurrency`` trajectories are active; one turn of each is taken in turn
+    (round robin); a finished trajectory's slot goes to the next one in order.
+    """
+    pending = iter(trajectories)
+    slots: list[Iterator[ReplayCall]] = []
+    for t in pending:
+        slots.append(iter(t))
+        if len(slots) == concurrency:
+            break
+    while slots:
+        alive: list[Iterator[ReplayCall]] = []
+        for it in slots:
+            call = next(it, None)
+            if call is None:
+                # Refill in place so the next trajectory joins this round's order.
+                nxt = next(pending, None)
+                while nxt is not None:
+                    it = iter(nxt)
+                    call = next(it, None)
+                    if call is not None:
+                        break
+                    nxt = next(pending, None)
+                if call is None:
+                    continue
+            alive.append(it)
+            yield call
+        slots = alive
+
+
+def accept_linear(draft: Sequence[int], output: list[int], pos: int) -> int:
+    """Length of the longest draft prefix equal to ``output[pos:]``."""
+    n = 0
+    for a, b in zip(draft, output[pos : pos + len(draft)]):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
+def accept_tree(
+    token_ids: Sequence[int], parents: Sequence[int], output: list[int], pos: int
+) -> tuple[int, int]:
+    """Longest root path of a draft tree equal to ``output[pos:]``.
+
+    Returns ``(accepted, drafted)``; ``drafted`` counts the tokens of the shortest
+    linear draft with the same outcome: the accepted path, plus the next node
+    below it when the tree has one. Siblings carry distinct tokens, so the
+    matching path is unique and can be walked down through a (parent, token) map.
+    """
+    child = dict(zip(zip(parents, token_ids), range(len(token_ids))))
+    node, accepted, end = -1, 0, len(output)
+    while pos + accepted < end:
+        nxt = child.get((node, output[pos + accepted]))
+        if nxt is None:
+            break
+        node = nxt
+        accepted += 1
+    continues = node in parents  # is there a node below the deepest match?
+    return accepted, accepted + (1 if continues else 0)
+
+
+def replay_call(
+    proposer: Proposer,
+    spec: CallSpec,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    output_list: list[int],
+    tally: Tally,
+    context: np.ndarray | None = None,
+) -> None:
+    """Decode one call again with ``proposer`` drafting; add the counts to ``tally``.
+
+    ``context`` is prompt + output in one buffer (built here if not given): the
+    context at any step is a prefix view of it, so no step copies tokens.
+    """
+    cid = spec.call_id
+    p_len = prompt.shape[0]
+    n_out = output.shape[0]
+    if context is None:
+        context = np.concatenate((prompt, output))
+
+    t0 = _now()
+    proposer.begin_call(spec, prompt)
+    steps = drafted = accepted = proposals = 0
+    propose_ns = 0
+    pos = 0
+    if n_out:
+        proposer.observe(cid, output[:1])  # the prefill step's token
+        pos = steps = 1
+    index_ns = _now() - t0
+    while pos < n_out:
+        t1 = _now()
+        draft: Draft = proposer.propose(cid, context[: p_len + pos])
+        t2 = _now()
+        propose_ns += t2 - t1
+        proposals += 1
+        toks = draft.token_ids
+        if not toks:
+            acc = n_draft = 0
+        elif draft.parents is None:
+            acc = accept_linear(toks, output_list, pos)
+            n_draft = len(toks)
+        else:
+            acc, n_draft = accept_tree(toks, draft.parents, output_list, pos)
+        # The request ends at its last token: a bonus past it is never produced.
+        emit = min(acc + 1, n_out - pos)
+        acc = min(acc, emit)
+        t3 = _now()
+        proposer.verified(cid, n_draft, acc)
+        proposer.observe(cid, output[pos : pos + emit])
+        index_ns += _now() - t3
+        drafted += n_draft
+        accepted += acc
+        pos += emit
+        steps += 1
+    t4 = _now()
+    proposer.end_call(cid)
+    index_ns += _now() - t4
+
+    tally.calls += 1
+    tally.prompt_tokens += p_len
+    tally.output_tokens += n_out
+    tally.steps += steps
+    tally.proposals += proposals
+    tally.drafted_tokens += drafted
+    tally.accepted_tokens += accepted
+    tally.index_ns += index_ns
+    tally.propose_ns += propose_ns
+
+
+@dataclass
+class _Fleet:
+    """One proposer's replicas (created on first use) and their routing."""
+
+    make: Callable[[], Proposer]
+    routing: Routing
+    replicas: int
+    tally: Tally = field(default_factory=Tally)
+    servers: dict[int, Proposer] = field(default_factory=dict)
+
+    def server(self, spec: CallSpec) -> Proposer:
+        r = route(spec, self.routing, self.replicas)
+        s = self.servers.get(r)
+        if s is None:
+            s = self.servers[r] = self.make()
+        return s
+
+    def sample_memory(self) -> None:
+        total = sum(s.memory_bytes() for s in self.servers.values())
+        self.tally.peak_memory_bytes = max(self.tally.peak_memory_bytes, total)
+
+
+def replay_source(
+    source: str,
+    workload: SourceWorkload,
+    proposers: dict[str, Callable[[], Proposer]],
+    routing: dict[str, Routing],
+    replicas: int = 1,
+    concurrency: int = 8,
+    memory_every: int = 256,
+    on_call: Callable[[], None] | None = None,
+) -> SourceResult:
+    """Replay one source's workload through every proposer, on fresh servers.
+
+    Each call's token arrays are built once and replayed through each proposer in
+    turn; the proposers share nothing.
+    """
+    start = time.perf_counter()
+    fleets = {
+        name: _Fleet(make, routing.get(name, Routing.SPREAD), replicas) for name, make in proposers.items()
+    }
+    for n, call in enumerate(interleave(workload, concurrency), 1):
+        spec = call.spec
+        prompt = np.ascontiguousarray(call.prompt(), dtype=np.int32)
+        output = np.ascontiguousarray(call.output(), dtype=np.int32)
+        output_list = output.tolist()
+        context = np.concatenate((prompt, output))
+        for fleet in fleets.values():
+            replay_call(fleet.server(spec), spec, prompt, output, output_list, fleet.tally, context)
+        if n % memory_every == 0:
+            for fleet in fleets.values():
+                fleet.sample_memory()
+        if on_call is not None:
+            on_call()
+    for fleet in fleets.values():
+        fleet.sample_memory()
+    return SourceResult(
+        source=source,
+        trajectories=len(workload),
+        tallies={name: f.tally for name, f in fleets.items()},
+        wall_s=time.perf_counter() - start,
+    )

@@ -1,0 +1,722 @@
+"""``ChatAgentSpec``: LangChain's OpenAI chat model, made session-aware for agentspec.
+
+Everything a LangChain user relies on (tool calling, structured output, streaming, async,
+callbacks, usage metadata) is ``ChatOpenAI``'s own code on the Chat Completions API. What
+this class adds happens around each call:
+
+1. it resolves the call's agentspec session and group (call argument, model field, run
+   metadata ``agentspec_session_id``, LangGraph's ``thread_id``);
+2. it puts them on the wire as ``X-Session-Id``/``X-Group-Id`` headers and in
+   ``vllm_xargs`` (docs/wire.md), with the session's pending seeds in ``agentspec_seeds``,
+   merging a per-call ``extra_body`` into the model's instead of replacing it;
+3. with several ``backends`` it pins the group to one of them by agentspec's rendezvous
+   hashing with bounded load, marks a backend down when it fails, and retries the call on
+   another one while no output has reached the caller.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, TypeVar
+from urllib.parse import quote
+
+import httpx
+from agentspec.client import Seed, ServerRefusedError, SessionNotFoundError, SessionStats
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.language_models.chat_models import LangSmithParams
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_openai import ChatOpenAI
+from pydantic import Field, PrivateAttr, model_validator
+from typing_extensions import Self
+
+from ._backends import BackendPool, is_backend_failure, normalise_backend
+from ._ids import CallIds, check_id, resolve_ids, run_metadata, with_session_metadata
+from ._seeds import SeedBook
+
+__all__ = ["AgentSpecSession", "ChatAgentSpec", "merge_extra_body"]
+
+logger = logging.getLogger(__name__)
+
+SESSION_HEADER: Final = "X-Session-Id"
+GROUP_HEADER: Final = "X-Group-Id"
+SEEDS_FIELD: Final = "agentspec_seeds"
+STATS_PATH: Final = "/agentspec/v1/sessions/"
+BASE_URL_ENV: Final = "AGENTSPEC_BASE_URL"
+API_KEY_ENV: Final = "AGENTSPEC_API_KEY"
+# vLLM accepts any key unless started with --api-key; the OpenAI SDK insists on one.
+_NO_KEY: Final = "EMPTY"
+# How many sessions' last backend is remembered for get_session_stats().
+_MAX_REMEMBERED_SESSIONS: Final = 10_000
+
+SeedKind = Literal["prior_turn", "repair_attempt", "sibling_output", "document"]
+SeedScope = Literal["session", "group"]
+_T = TypeVar("_T")
+
+
+def merge_extra_body(
+    base: Mapping[str, Any] | None, override: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """``override`` merged into ``base``; nested mappings merge key by key, ``override`` wins.
+
+    Plain ``ChatOpenAI`` lets a per-call ``extra_body`` replace the model's, which would drop,
+    say, a model-level ``top_k`` the moment a call adds ``structured_outputs``.
+    """
+    out: dict[str, Any] = copy.deepcopy(dict(base or {}))
+    for key, value in (override or {}).items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_extra_body(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _api_base(url: str) -> str:
+    """An OpenAI-compatible base URL ending in ``/v1`` (agentspec's backends omit it)."""
+    return normalise_backend(url) + "/v1"
+
+
+@dataclass
+class _Call:
+    """One prepared call: its ids, its request kwargs, and the seeds it carries."""
+
+    ids: CallIds
+    kwargs: dict[str, Any]
+    seeds: list[Seed] = field(default_factory=list)
+    tried: list[str] = field(default_factory=list)
+
+
+class ChatAgentSpec(ChatOpenAI):
+    r"""Chat model for vLLM servers run by ``agentspec serve`` (or plain vLLM).
+
+    A drop-in replacement for ``ChatOpenAI`` pointed at vLLM: only the class name and its
+    base URL change. Each call is tied to an agentspec *session* so that the server's
+    draft index holds the session's earlier turns and speculates them into the new one.
+
+    Setup:
+        ``pip install langchain-agentspec`` and start a server with
+        ``agentspec serve MODEL --enable-auto-tool-choice --tool-call-parser hermes``.
+        The base URL may also come from ``AGENTSPEC_BASE_URL``, the key from
+        ``AGENTSPEC_API_KEY`` (vLLM accepts any key unless started with ``--api-key``).
+
+    Key init args:
+        model: str
+            The served model name.
+        base_url: str | None
+            One server, with or without the ``/v1`` suffix.
+        backends: list[str] | None
+            Several servers; each session/group is pinned to one of them.
+        session_id: str | None
+            A fixed session for every call of this model instance.
+        group_id: str | None
+            A fixed group (sessions expected to write alike, e.g. the samples of a prompt).
+        temperature, max_tokens, ...: as in ``ChatOpenAI``.
+
+    Instantiate:
+        ```python
+        from langchain_agentspec import ChatAgentSpec
+
+        llm = ChatAgentSpec(model="qwen", base_url="http://localhost:8000", max_tokens=256)
+        ```
+
+    Sessions:
+        The session of a call is, in this order: the call's ``session_id`` argument
+        (``llm.invoke(msgs, session_id="s1")`` or ``llm.bind(session_id="s1")``), the
+        model's ``session_id``, run metadata ``agentspec_session_id``, LangGraph's
+        ``thread_id``. The group: the call's ``group_id``, the model's, run metadata
+        ``agentspec_group_id``; without one the group is the session.
+
+        ```python
+        graph.invoke(inputs, {"configurable": {"thread_id": "ticket-42"}})
+        # every model call of that thread is agentspec session "ticket-42"
+        ```
+
+    Seeds:
+        ```python
+        session = llm.session("ticket-42")
+        session.repair(failed_code, feedback=pytest_output)
+        session.seed(open("utils.py").read(), kind="document")
+        # or: llm.add_seed(text, session_id="ticket-42"), llm.repair(..., session_id=...)
+        ```
+        Seeds travel with the session's next call and only guide drafting: the model
+        never sees them, and greedy outputs do not change.
+
+    Tool calling, structured output, streaming, async, usage metadata:
+        As ``ChatOpenAI`` on the Chat Completions API (``use_responses_api=False``);
+        streamed usage is on (``stream_usage=True``).
+    """
+
+    session_id: str | None = None
+    """The session of every call, unless a call names its own."""
+    group_id: str | None = None
+    """The group of every call, unless a call names its own."""
+    backends: list[str] | None = None
+    """Several agentspec servers (base URLs, ``/v1`` optional). Mutually exclusive with
+    ``base_url``. A group is pinned to one by rendezvous hashing with bounded load."""
+    load_factor: float = Field(default=1.25, ge=1.0)
+    """Bounded-load factor of the pinning: no backend takes more than
+    ``ceil(load_factor * (groups + 1) / n)`` groups when a new one is placed."""
+    backend_cooldown_s: float = Field(default=30.0, ge=0.0)
+    """After a failure a backend gets no new calls for this long; then the next call that
+    lands there tells whether it is back."""
+    max_seeds_per_request: int = Field(default=16, ge=1)
+    """The server's per-request seed limit (``agentspec serve`` default: 16)."""
+    stats_timeout_s: float = Field(default=10.0, gt=0)
+    """Timeout of ``get_session_stats``."""
+
+    # vLLM serves Chat Completions; the Responses API it has is partial.
+    use_responses_api: bool | None = False
+    # With a custom base URL ChatOpenAI leaves streamed usage off; vLLM supports it.
+    stream_usage: bool | None = True
+
+    _pool: BackendPool | None = PrivateAttr(default=None)
+    _seed_book: SeedBook = PrivateAttr(default_factory=SeedBook)
+    _backend_clients: dict[str, tuple[Any, Any]] = PrivateAttr(default_factory=dict)
+    _session_backend: OrderedDict[str, str] = PrivateAttr(default_factory=OrderedDict)
+    _state_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    # -- construction ---------------------------------------------------------------------
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agentspec_defaults(cls, values: Any) -> Any:
+        """Fill the base URL and key the agentspec way before ChatOpenAI builds its clients.
+
+        Runs before ChatOpenAI's own validation, which otherwise falls back to
+        ``OPENAI_API_KEY``: a user's OpenAI key has no business going to a vLLM server.
+        """
+        if not isinstance(values, dict):
+            return values
+        values = dict(values)
+        url_keys = ("base_url", "openai_api_base")
+        given_url = next((values[k] for k in url_keys if values.get(k)), None)
+        backends = values.get("backends")
+        if backends:
+            if isinstance(backends, str):
+                backends = [backends]
+            values["backends"] = list(dict.fromkeys(normalise_backend(b) for b in backends))
+            # A serialized model carries both (base_url is then the first backend).
+            if given_url and normalise_backend(str(given_url)) not in values["backends"]:
+                msg = "pass either base_url or backends, not both"
+                raise ValueError(msg)
+            # ChatOpenAI builds its clients for one URL; calls swap in the pinned backend.
+            given_url = values["backends"][0]
+        given_url = given_url or os.environ.get(BASE_URL_ENV)
+        if given_url:
+            for k in url_keys:
+                values.pop(k, None)
+            values["base_url"] = _api_base(given_url)
+        if not any(values.get(k) is not None for k in ("api_key", "openai_api_key")):
+            values["api_key"] = os.environ.get(API_KEY_ENV) or _NO_KEY
+        for key in ("session_id", "group_id"):
+            if values.get(key) is not None:
+                values[key] = check_id(key, values[key])
+        return values
+
+    @model_validator(mode="after")
+    def _agentspec_state(self) -> Self:
+        if self.use_responses_api:
+            msg = "ChatAgentSpec speaks the Chat Completions API; use_responses_api must be False"
+            raise ValueError(msg)
+        self._seed_book = SeedBook(max_per_session=self.max_seeds_per_request)
+        if self.backends:
+            self._pool = BackendPool(
+                self.backends, load_factor=self.load_factor, cooldown_s=self.backend_cooldown_s
+            )
+        return self
+
+    # -- LangChain identity ---------------------------------------------------------------
+
+    @property
+    def _llm_type(self) -> str:
+        return "agentspec-chat"
+
+    @classmethod
+    def get_lc_namespace(cls) -> list[str]:
+        """``["langchain_agentspec", "chat_models"]``."""
+        return ["langchain_agentspec", "chat_models"]
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_provider"] = "agentspec"
+        return params
+
+    # -- entry points: make configurable's session keys visible as run metadata ---------
+
+    def invoke(
+        self,
+        input: LanguageModelInput,  # noqa: A002 - LangChain's signature
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AIMessage:
+        return super().invoke(input, with_session_metadata(config), stop=stop, **kwargs)
+
+    async def ainvoke(
+        self,
+        input: LanguageModelInput,  # noqa: A002
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AIMessage:
+        return await super().ainvoke(input, with_session_metadata(config), stop=stop, **kwargs)
+
+    def stream(
+        self,
+        input: LanguageModelInput,  # noqa: A002
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[AIMessageChunk]:
+        yield from super().stream(input, with_session_metadata(config), stop=stop, **kwargs)
+
+    async def astream(
+        self,
+        input: LanguageModelInput,  # noqa: A002
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AIMessageChunk]:
+        async for chunk in super().astream(
+            input, with_session_metadata(config), stop=stop, **kwargs
+        ):
+            yield chunk
+
+    # -- sessions and seeds ---------------------------------------------------------------
+
+    def _helper_session(self, session_id: str | None) -> str:
+        """The session a helper (seed, stats) acts on: argument, model, enclosing run."""
+        if session_id is not None:
+            return check_id("session_id", session_id)
+        ids = resolve_ids(
+            call_session_id=None,
+            call_group_id=None,
+            model_session_id=self.session_id,
+            model_group_id=self.group_id,
+            metadata=run_metadata(None),
+        )
+        if ids.session_id is None:
+            msg = (
+                "no session: pass session_id=..., set it on the model, or call from inside "
+                "a run whose config names one (agentspec_session_id or LangGraph thread_id)"
+            )
+            raise ValueError(msg)
+        return ids.session_id
+
+    def session(self, session_id: str | None = None, group_id: str | None = None) -> AgentSpecSession:
+        """A handle on one session: ``seed``, ``repair``, ``stats`` and a bound runnable.
+
+        ```python
+        s = llm.session("ticket-42")
+        s.repair(failed_patch, feedback=test_output)
+        s.runnable.invoke(messages)   # this call carries the seeds
+        print(s.stats().calls)
+        ```
+        """
+        sid = self._helper_session(session_id)
+        gid = check_id("group_id", group_id) if group_id is not None else None
+        return AgentSpecSession(self, sid, gid)
+
+    def add_seed(
+        self,
+        content: str | Sequence[int],
+        *,
+        kind: SeedKind = "prior_turn",
+        scope: SeedScope = "session",
+        session_id: str | None = None,
+    ) -> None:
+        """Put text (or token ids) into a session's draft index with its next call.
+
+        (Named ``add_seed`` because ``seed`` is ChatOpenAI's sampling-seed field;
+        ``llm.session(id).seed(...)`` is the same call.)
+
+        Use it for what the next turns will likely repeat but the prompt no longer holds:
+        turns a condenser dropped, a file about to be rewritten, a sibling's output.
+        ``scope="group"`` seeds the session's group (shared by its sibling sessions).
+        Seeds only guide drafting; the model never sees them.
+
+        Args:
+            content: text, or token ids of the served model's tokenizer.
+            kind: ``prior_turn``, ``repair_attempt``, ``sibling_output`` or ``document``.
+            scope: ``session`` or ``group``.
+            session_id: the session; default: the model's, else the enclosing run's.
+
+        Raises:
+            ValueError: empty content, unknown kind or scope, or more pending seeds than
+                the server takes in one request.
+        """
+        sid = self._helper_session(session_id)
+        self._seed_book.add(sid, [Seed.of(content, kind, scope)])
+
+    def repair(
+        self,
+        failed_attempt: str | Sequence[int],
+        feedback: str | None = None,
+        *,
+        session_id: str | None = None,
+    ) -> None:
+        """Seed a failed attempt that the session's next turn will likely rewrite.
+
+        ``failed_attempt`` goes in as ``repair_attempt``; ``feedback`` (an error, a failing
+        test's output), when given, as ``document``, since a fix often quotes it. Put the
+        feedback in the next call's messages too: seeds never reach the model itself.
+        """
+        sid = self._helper_session(session_id)
+        seeds = [Seed.of(failed_attempt, "repair_attempt", "session")]
+        if feedback:
+            seeds.append(Seed.of(feedback, "document", "session"))
+        self._seed_book.add(sid, seeds)
+
+    def pending_seeds(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """The session's seeds not yet sent, as they will appear on the wire."""
+        return SeedBook.wire(self._seed_book.peek(self._helper_session(session_id)))
+
+    def discard_seeds(self, session_id: str | None = None) -> int:
+        """Drop the session's unsent seeds (e.g. after the server refused one); the count."""
+        return self._seed_book.discard(self._helper_session(session_id))
+
+    def backend_for(self, session_id: str | None = None, group_id: str | None = None) -> str:
+        """The backend base URL (without ``/v1``) a session's (or group's) calls go to."""
+        if self._pool is None:
+            return normalise_backend(str(self.openai_api_base))
+        if group_id is not None:
+            return self._pool.pick(check_id("group_id", group_id))
+        sid = self._helper_session(session_id)
+        with self._state_lock:
+            known = self._session_backend.get(sid)
+        # Where the session's calls went (its group may have come from run metadata).
+        return known or self._pool.pick(self.group_id or sid)
+
+    def get_session_stats(self, session_id: str | None = None) -> SessionStats:
+        """The server's statistics of a session (``GET /agentspec/v1/sessions/{id}``).
+
+        Asks the backend the session's calls went to.
+
+        Raises:
+            SessionNotFoundError: that server holds no state for the session.
+            ServerRefusedError: any other 4xx.
+            httpx.HTTPError: the server could not be reached or answered 5xx.
+        """
+        sid = self._helper_session(session_id)
+        backend = self.backend_for(sid)
+        with httpx.Client(timeout=self.stats_timeout_s) as http:
+            response = http.get(self._stats_url(backend, sid), headers=self._stats_headers(sid))
+        return self._parse_stats(response, backend)
+
+    async def aget_session_stats(self, session_id: str | None = None) -> SessionStats:
+        """Async twin of :meth:`get_session_stats`."""
+        sid = self._helper_session(session_id)
+        backend = self.backend_for(sid)
+        async with httpx.AsyncClient(timeout=self.stats_timeout_s) as http:
+            response = await http.get(
+                self._stats_url(backend, sid), headers=self._stats_headers(sid)
+            )
+        return self._parse_stats(response, backend)
+
+    @staticmethod
+    def _stats_url(backend: str, session_id: str) -> str:
+        # Ids may hold '/', which must not split the path.
+        return f"{backend}{STATS_PATH}{quote(session_id, safe='')}"
+
+    def _stats_headers(self, session_id: str) -> dict[str, str]:
+        headers = dict(self.default_headers or {})
+        # A router in front hashes the session header: stats must reach the same server.
+        headers[SESSION_HEADER] = session_id
+        key = self.openai_api_key
+        secret = key.get_secret_value() if hasattr(key, "get_secret_value") else None
+        if secret and secret != _NO_KEY:
+            headers["Authorization"] = f"Bearer {secret}"
+        return headers
+
+    @staticmethod
+    def _parse_stats(response: httpx.Response, backend: str) -> SessionStats:
+        if response.status_code == 404:
+            raise SessionNotFoundError(404, response.text, backend=backend, body=response.text)
+        if 400 <= response.status_code < 500:
+            raise ServerRefusedError(
+                response.status_code, response.text, backend=backend, body=response.text
+            )
+        response.raise_for_status()
+        return SessionStats(**response.json(), backend=backend)
+
+    # -- preparing a call -----------------------------------------------------------------
+
+    def _prepare(self, run_manager: Any | None, kwargs: dict[str, Any]) -> _Call:
+        """Resolve ids, merge ``extra_body``, attach headers and pending seeds."""
+        kwargs = dict(kwargs)
+        ids = resolve_ids(
+            call_session_id=kwargs.pop("session_id", None),
+            call_group_id=kwargs.pop("group_id", None),
+            model_session_id=self.session_id,
+            model_group_id=self.group_id,
+            metadata=run_metadata(run_manager),
+        )
+        body = merge_extra_body(self.extra_body, kwargs.pop("extra_body", None))
+        headers = dict(kwargs.pop("extra_headers", None) or {})
+        seeds: list[Seed] = []
+        if ids.session_id is not None or ids.group_id is not None:
+            xargs = dict(body.get("vllm_xargs") or {})
+            if ids.session_id is not None:
+                headers[SESSION_HEADER] = ids.session_id
+                xargs["session_id"] = ids.session_id
+            # The group defaults to the session, as agentspec's client sends it: routers
+            # hashing X-Group-Id then keep such a session in one place too.
+            group = ids.group_id or ids.session_id
+            if group is not None:
+                headers[GROUP_HEADER] = group
+                xargs["group_id"] = group
+            body["vllm_xargs"] = xargs
+        if ids.session_id is not None:
+            seeds = self._seed_book.take(ids.session_id)
+            if seeds:
+                body[SEEDS_FIELD] = [*(body.get(SEEDS_FIELD) or []), *SeedBook.wire(seeds)]
+        kwargs["extra_body"] = body or None
+        if headers:
+            kwargs["extra_headers"] = headers
+        return _Call(ids=ids, kwargs=kwargs, seeds=seeds)
+
+    # -- routing --------------------------------------------------------------------------
+
+    def _route(self, call: _Call) -> tuple[str | None, ChatAgentSpec]:
+        """The backend of the call's next attempt and a model whose clients point there."""
+        if self._pool is None:
+            return None, self
+        backend = self._pool.pick(call.ids.pin_key, exclude=call.tried)
+        return backend, self._bound_to(backend)
+
+    def _bound_to(self, backend: str) -> ChatAgentSpec:
+        """A shallow copy of this model talking to ``backend``.
+
+        A copy rather than swapping our own clients keeps concurrent calls (threads, tasks)
+        independent; the copies share the connection pools, the pins and the seed book.
+        """
+        with self._state_lock:
+            clients = self._backend_clients.get(backend)
+            if clients is None:
+                api_base = _api_base(backend)
+                sync_root = (
+                    self.root_client.with_options(base_url=api_base) if self.root_client else None
+                )
+                async_root = (
+                    self.root_async_client.with_options(base_url=api_base)
+                    if self.root_async_client
+                    else None
+                )
+                clients = (sync_root, async_root)
+                self._backend_clients[backend] = clients
+        sync_root, async_root = clients
+        return self.model_copy(
+            update={
+                "openai_api_base": _api_base(backend),
+                "root_client": sync_root,
+                "client": sync_root.chat.completions if sync_root else None,
+                "root_async_client": async_root,
+                "async_client": async_root.chat.completions if async_root else None,
+            }
+        )
+
+    def _retry_elsewhere(self, call: _Call, backend: str | None, exc: BaseException) -> bool:
+        """Record a failed attempt; whether another backend should take the call."""
+        if backend is None or self._pool is None or not is_backend_failure(exc):
+            return False
+        logger.warning("agentspec: backend %s failed (%s); marking it down", backend, exc)
+        self._pool.mark_failed(backend, repr(exc))
+        call.tried.append(backend)
+        return len(call.tried) < len(self._pool.backends)
+
+    def _succeeded(self, call: _Call, backend: str | None) -> None:
+        if backend is None or self._pool is None:
+            return
+        self._pool.mark_ok(backend)
+        if call.ids.session_id is not None:
+            with self._state_lock:
+                self._session_backend[call.ids.session_id] = backend
+                self._session_backend.move_to_end(call.ids.session_id)
+                while len(self._session_backend) > _MAX_REMEMBERED_SESSIONS:
+                    self._session_backend.popitem(last=False)
+
+    def _failed(self, call: _Call) -> None:
+        # The server did not apply the seeds of a failed call: keep them for the next one.
+        if call.ids.session_id is not None:
+            self._seed_book.restore(call.ids.session_id, call.seeds)
+
+    def _attempt(self, call: _Call, fn: Callable[[ChatAgentSpec], _T]) -> _T:
+        while True:
+            backend, model = self._route(call)
+            try:
+                result = fn(model)
+            except Exception as exc:
+                if self._retry_elsewhere(call, backend, exc):
+                    continue
+                self._failed(call)
+                raise
+            self._succeeded(call, backend)
+            return result
+
+    # -- the four entry points ------------------------------------------------------------
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        call = self._prepare(run_manager, kwargs)
+        return self._attempt(
+            call,
+            lambda model: super(ChatAgentSpec, model)._generate(
+                messages, stop=stop, run_manager=run_manager, **call.kwargs
+            ),
+        )
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        call = self._prepare(run_manager, kwargs)
+        while True:
+            backend, model = self._route(call)
+            try:
+                result = await super(ChatAgentSpec, model)._agenerate(
+                    messages, stop=stop, run_manager=run_manager, **call.kwargs
+                )
+            except Exception as exc:
+                if self._retry_elsewhere(call, backend, exc):
+                    continue
+                self._failed(call)
+                raise
+            self._succeeded(call, backend)
+            return result
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        call = self._prepare(run_manager, kwargs)
+        while True:
+            backend, model = self._route(call)
+            started = False
+            try:
+                for chunk in super(ChatAgentSpec, model)._stream(
+                    messages, stop=stop, run_manager=run_manager, **call.kwargs
+                ):
+                    started = True
+                    yield chunk
+            except Exception as exc:
+                # Once output reached the caller a retry would repeat it: fail instead.
+                if not started and self._retry_elsewhere(call, backend, exc):
+                    continue
+                if not started:
+                    self._failed(call)
+                elif backend is not None and self._pool is not None and is_backend_failure(exc):
+                    self._pool.mark_failed(backend, repr(exc))
+                raise
+            self._succeeded(call, backend)
+            return
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        call = self._prepare(run_manager, kwargs)
+        while True:
+            backend, model = self._route(call)
+            started = False
+            try:
+                async for chunk in super(ChatAgentSpec, model)._astream(
+                    messages, stop=stop, run_manager=run_manager, **call.kwargs
+                ):
+                    started = True
+                    yield chunk
+            except Exception as exc:
+                if not started and self._retry_elsewhere(call, backend, exc):
+                    continue
+                if not started:
+                    self._failed(call)
+                elif backend is not None and self._pool is not None and is_backend_failure(exc):
+                    self._pool.mark_failed(backend, repr(exc))
+                raise
+            self._succeeded(call, backend)
+            return
+
+
+class AgentSpecSession:
+    """One agentspec session of a :class:`ChatAgentSpec` (see :meth:`ChatAgentSpec.session`).
+
+    A thin handle: the pending seeds live in the model, so seeds added here are sent by
+    any call of the session, whether it comes through :attr:`runnable`, a LangGraph thread
+    of the same id, or ``llm.invoke(..., session_id=...)``.
+    """
+
+    def __init__(self, model: ChatAgentSpec, session_id: str, group_id: str | None = None) -> None:
+        self.model = model
+        self.session_id = session_id
+        self.group_id = group_id
+
+    @property
+    def runnable(self) -> Runnable[LanguageModelInput, BaseMessage]:
+        """The model bound to this session (and group)."""
+        kwargs: dict[str, Any] = {"session_id": self.session_id}
+        if self.group_id is not None:
+            kwargs["group_id"] = self.group_id
+        return self.model.bind(**kwargs)
+
+    def seed(
+        self,
+        content: str | Sequence[int],
+        *,
+        kind: SeedKind = "prior_turn",
+        scope: SeedScope = "session",
+    ) -> None:
+        """See :meth:`ChatAgentSpec.add_seed`."""
+        self.model.add_seed(content, kind=kind, scope=scope, session_id=self.session_id)
+
+    def repair(self, failed_attempt: str | Sequence[int], feedback: str | None = None) -> None:
+        """See :meth:`ChatAgentSpec.repair`."""
+        self.model.repair(failed_attempt, feedback, session_id=self.session_id)
+
+    @property
+    def pending_seeds(self) -> list[dict[str, Any]]:
+        return self.model.pending_seeds(self.session_id)
+
+    def discard_seeds(self) -> int:
+        return self.model.discard_seeds(self.session_id)
+
+    @property
+    def backend(self) -> str:
+        """The backend this session's calls go to."""
+        if self.group_id is not None and self.model._pool is not None:
+            return self.model.backend_for(group_id=self.group_id)
+        return self.model.backend_for(self.session_id)
+
+    def stats(self) -> SessionStats:
+        """See :meth:`ChatAgentSpec.get_session_stats`."""
+        return self.model.get_session_stats(self.session_id)
+
+    async def astats(self) -> SessionStats:
+        return await self.model.aget_session_stats(self.session_id)
+
+    def __repr__(self) -> str:
+        return f"<AgentSpecSession {self.session_id!r} group={self.group_id!r}>"

@@ -1,0 +1,57 @@
+"""``agentspec serve`` command construction and pass-through of vLLM options."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from agentspec.engine.config import ENV_CONFIG, EngineSettings
+from agentspec.engine.serve import MIDDLEWARE, SERVE_CONTEXT, build_command, build_env, serve
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    app.command("serve", context_settings=SERVE_CONTEXT)(serve)
+    app.command("other")(lambda: None)  # a multi-command app, as in agentspec.cli
+    return app
+
+
+def test_defaults_and_passthrough() -> None:
+    cmd = build_command("m", ["--port", "8001", "--max-model-len=4096", "--enforce-eager"])
+    assert cmd[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
+    assert cmd[5:9] == ["--port", "8001", "--max-model-len=4096", "--enforce-eager"]
+    spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
+    assert spec["method"] == "suffix" and spec["num_speculative_tokens"] == 32
+    assert "--enable-prefix-caching" in cmd
+    assert cmd[-2:] == ["--middleware", MIDDLEWARE]
+
+
+def test_user_options_win() -> None:
+    own = json.dumps({"method": "suffix", "num_speculative_tokens": 8})
+    cmd = build_command("m", ["--speculative-config", own, "--no-enable-prefix-caching"])
+    assert cmd.count("--speculative-config") == 1 and own in cmd
+    assert "--enable-prefix-caching" not in cmd
+
+
+def test_other_methods_refused() -> None:
+    with pytest.raises(ValueError, match="suffix"):
+        build_command("m", ["--speculative-config", '{"method": "eagle"}'])
+
+
+def test_env_turns_plugin_on() -> None:
+    env = build_env(EngineSettings(full_draft_batch=4), base={})
+    assert json.loads(env[ENV_CONFIG]) == {"full_draft_batch": 4}
+
+
+def test_cli_dry_run_passes_unknown_options() -> None:
+    result = CliRunner().invoke(
+        _app(),
+        ["serve", "my-model", "--port", "9000", "--tensor-parallel-size", "2", "--agentspec-no-draft-batch", "32",
+         "--agentspec-dry-run"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "--model my-model --port 9000 --tensor-parallel-size 2" in result.output
+    assert '"no_draft_batch":32' in result.output

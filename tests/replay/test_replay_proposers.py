@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from agentspec.replay import ProposerSettings, make_proposer, proposer_names, register_proposer
+from agentspec.replay.agentspec_proposer import AgentspecProposer
+from agentspec.replay.baselines import NoProposer, TreeOracle
+from agentspec.replay.calls import CallSpec
+from agentspec.replay.simulate import Tally, replay_call
+
+
+class FakeIndex:
+    """Records how the adapter drives the DraftIndex API."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple] = []
+
+    def start_call(self, call_id, prompt, session_id=None, group_id=None):
+        self.log.append(("start", call_id, list(prompt), session_id, group_id))
+
+    def extend_call(self, call_id, tokens):
+        self.log.append(("extend", list(tokens)))
+
+    def propose(self, call_id, max_tokens=None):
+        self.log.append(("propose",))
+        return SimpleNamespace(token_ids=[11, 12, 99])
+
+    def record_verification(self, call_id, drafted, accepted):
+        self.log.append(("verify", drafted, accepted))
+
+    def finish_call(self, call_id):
+        self.log.append(("finish", call_id))
+
+    def stats(self):
+        return SimpleNamespace(memory_bytes=1234)
+
+
+def test_agentspec_adapter_follows_the_index_api() -> None:
+    index = FakeIndex()
+    p = AgentspecProposer(index)
+    spec = CallSpec("c1", "s1", "g1", "t", 0, "src")
+    out = [10, 11, 12, 13]
+    replay_call(p, spec, np.asarray([1, 2], np.int32), np.asarray(out, np.int32), out, Tally())
+    assert index.log == [
+        ("start", "c1", [1, 2], "s1", "g1"),
+        ("extend", [10]),
+        ("propose",),
+        ("verify", 3, 2),
+        ("extend", [11, 12, 13]),
+        ("finish", "c1"),
+    ]
+    assert p.memory_bytes() == 1234
+
+
+def test_agentspec_proposer_runs_on_the_real_index() -> None:
+    pytest.importorskip("agentspec.index")
+    p = make_proposer("agentspec", ProposerSettings())
+    out = list(range(50, 90))
+    tally = Tally()
+    for i in range(2):  # the second call repeats the first's output
+        spec = CallSpec(f"c{i}", "s", "g", "t", i, "src")
+        prompt = np.asarray([1, 2, 3] + (out if i else []), np.int32)
+        replay_call(p, spec, prompt, np.asarray(out, np.int32), out, tally)
+    assert tally.steps < 2 * len(out)
+    assert p.memory_bytes() > 0
+
+
+def test_registry_accepts_new_proposers() -> None:
+    @register_proposer("test-null")
+    def _make(settings: ProposerSettings) -> NoProposer:
+        return NoProposer()
+
+    assert "test-null" in proposer_names()
+    assert isinstance(make_proposer("test-null", ProposerSettings()), NoProposer)
+    with pytest.raises(ValueError, match="unknown proposer"):
+        make_proposer("nope", ProposerSettings())
+
+
+def test_oracle_indexes_session_streams_incrementally() -> None:
+    o = TreeOracle(max_depth=16, max_nodes=32)
+    a = CallSpec("a0", "s", "g", "t", 0, "src")
+    o.begin_call(a, np.asarray([1, 2, 3], np.int32))
+    o.observe("a0", np.asarray([4, 5], np.int32))
+    o.end_call("a0")
+    b = CallSpec("a1", "s", "g", "t", 1, "src")
+    o.begin_call(b, np.asarray([1, 2, 3, 4, 5, 6], np.int32))  # extends the stream: adds [6]
+    assert o._sessions["s"].n == 6 and o._next_seq == 1
+    o.end_call("a1")
+    c = CallSpec("a2", "s", "g", "t", 2, "src")
+    o.begin_call(c, np.asarray([1, 2, 9], np.int32))  # a condensed prompt: new sequence
+    assert o._next_seq == 2
+    draft = o.propose("a2", np.asarray([3, 4], np.int32))
+    assert draft.parents is not None and draft.token_ids[0] == 5

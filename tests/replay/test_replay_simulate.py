@@ -1,0 +1,159 @@
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from agentspec.replay import ReplayConfig, replay_workloads
+from agentspec.replay.calls import CallSpec
+from agentspec.replay.config import Routing
+from agentspec.replay.proposer import Draft, ProposerSettings
+from agentspec.replay.simulate import (
+    Tally,
+    accept_linear,
+    accept_tree,
+    interleave,
+    replay_call,
+    route,
+)
+
+
+class Scripted:
+    """Drafts a fixed list per step (and records what it was told)."""
+
+    def __init__(self, drafts: list[list[int]]) -> None:
+        self.drafts = list(drafts)
+        self.observed: list[list[int]] = []
+        self.verdicts: list[tuple[int, int]] = []
+        self.contexts: list[int] = []
+
+    def begin_call(self, call: CallSpec, prompt: np.ndarray) -> None:
+        self.prompt_len = len(prompt)
+
+    def observe(self, call_id: str, tokens: np.ndarray) -> None:
+        self.observed.append(tokens.tolist())
+
+    def propose(self, call_id: str, context: np.ndarray) -> Draft:
+        self.contexts.append(len(context))
+        return Draft(self.drafts.pop(0) if self.drafts else [])
+
+    def verified(self, call_id: str, drafted: int, accepted: int) -> None:
+        self.verdicts.append((drafted, accepted))
+
+    def end_call(self, call_id: str) -> None:
+        pass
+
+    def memory_bytes(self) -> int:
+        return 0
+
+
+def test_verification_accounting_by_hand(make_call) -> None:
+    out = [10, 11, 12, 13, 14, 15, 16]
+    call = make_call("t", 0, [1, 2, 3], out)
+    # step 1 (prefill): emits 10. step 2: draft [11, 12, 99] -> 2 accepted + bonus 13.
+    # step 3: draft [14, 15, 16, 17] -> 3 accepted, the request ends (no bonus past it).
+    p = Scripted([[11, 12, 99], [14, 15, 16, 17]])
+    t = Tally()
+    replay_call(p, call.spec, call.prompt(), call.output(), out, t)
+    assert (t.calls, t.output_tokens, t.steps) == (1, 7, 3)
+    assert (t.drafted_tokens, t.accepted_tokens, t.proposals) == (7, 5, 2)
+    assert p.observed == [[10], [11, 12, 13], [14, 15, 16]]
+    assert p.verdicts == [(3, 2), (4, 3)]
+    assert p.contexts == [3 + 1, 3 + 4]  # prompt + output so far
+
+
+def test_no_speculation_is_one_token_per_step(make_call) -> None:
+    call = make_call("t", 0, [1], [5, 6, 7])
+    t = Tally()
+    replay_call(Scripted([]), call.spec, call.prompt(), call.output(), [5, 6, 7], t)
+    assert t.steps == 3 and t.drafted_tokens == 0
+
+
+def test_two_turn_agent_hand_computed_al(two_turn_agent) -> None:
+    config = ReplayConfig(
+        proposers=("none", "vllm-ngram", "vllm-suffix", "oracle"),
+        concurrency=1,
+        proposer_settings=ProposerSettings(ngram_impl="numpy"),
+    )
+    (res,) = replay_workloads(config, {"toy": two_turn_agent})
+    al = {name: t.output_tokens / t.steps for name, t in res.tallies.items()}
+    # Turn 1 has nothing to draft from: 5 steps for everyone.
+    # none: 5 + 5 steps.
+    assert res.tallies["none"].steps == 10
+    # oracle: turn 2 = prefill (10), then the stream holds 10 -> 11 12 13 14: one step.
+    assert res.tallies["oracle"].steps == 5 + 2
+    # vllm-suffix (factor 1.0: a draft is at most as long as its match): after the prefill's
+    # 10 the match "10" is 1 long -> draft [11], emits 11 12; then "10 11 12" -> 13 14 end.
+    assert res.tallies["vllm-suffix"].steps == 5 + 3
+    # vllm-ngram (n >= 2): turn 2 after 10: the bigram "4 10" never occurred -> no draft;
+    # after "10 11": draft 12 13 14 4 ... -> 12 13 14 accepted, request ends.
+    assert res.tallies["vllm-ngram"].steps == 5 + 3
+    assert al["oracle"] == 10 / 7 and al["none"] == 1.0
+
+
+def test_accept_linear() -> None:
+    out = [1, 2, 3, 4]
+    assert accept_linear([2, 3, 9], out, 1) == 2
+    assert accept_linear([2, 3, 4, 5, 6], out, 1) == 3
+    assert accept_linear([], out, 0) == 0
+
+
+def test_accept_tree_takes_the_longest_matching_root_path() -> None:
+    out = [7, 1, 2, 3, 4]
+    # roots: 1 (0), 5 (1); children of 1: 9 (2), 2 (3); child of 2: 3 (4); child of 3: 8 (5)
+    tokens = [1, 5, 9, 2, 3, 8]
+    parents = [-1, -1, 0, 0, 3, 4]
+    # From pos 1 the truth is 1 2 3 4: path 1-2-3 matches, 8 != 4 follows it.
+    assert accept_tree(tokens, parents, out, 1) == (3, 4)
+    # From pos 0 the truth starts with 7: nothing matches, one token would be drafted.
+    assert accept_tree(tokens, parents, out, 0) == (0, 1)
+    # A path that ends exactly at a leaf: nothing more is drafted.
+    assert accept_tree([1, 2], [-1, 0], out, 1) == (2, 2)
+
+
+def _spec(traj: str, turn: int, session: str, group: str) -> CallSpec:
+    return CallSpec(f"{traj}#{turn}", session, group, traj, turn, "s")
+
+
+def test_routing_pins_as_stated() -> None:
+    calls = [_spec(f"t{i}", j, f"t{i}", f"g{i % 3}") for i in range(30) for j in range(6)]
+    for policy, key in ((Routing.SESSION, "session_id"), (Routing.GROUP, "group_id")):
+        seen: dict[str, set[int]] = {}
+        for c in calls:
+            seen.setdefault(getattr(c, key), set()).add(route(c, policy, 8))
+        assert all(len(r) == 1 for r in seen.values())
+    spread = Counter(route(c, Routing.SPREAD, 8) for c in calls)
+    assert len(spread) == 8  # spread hashes each call: all replicas get calls
+    by_traj = {c.trajectory_id: set() for c in calls}
+    for c in calls:
+        by_traj[c.trajectory_id].add(route(c, Routing.SPREAD, 8))
+    assert max(len(r) for r in by_traj.values()) > 1
+    # Stable across processes and runs (blake2, not Python's salted hash).
+    assert route(_spec("t0", 0, "t0", "g0"), Routing.SPREAD, 1000) == route(
+        _spec("t0", 0, "x", "y"), Routing.SPREAD, 1000
+    )
+    assert all(route(c, Routing.SPREAD, 1) == 0 for c in calls)
+
+
+def test_replicas_keep_state_per_server(make_call) -> None:
+    out = list(range(100, 140))
+    # Two sessions of one group: the second repeats the first's output.
+    wl = [[make_call("a", 0, [1, 2], out, group="g")], [make_call("b", 0, [3, 4], out, group="g")]]
+    pinned = ReplayConfig(proposers=("oracle",), replicas=64, default_routing=Routing.GROUP, concurrency=1)
+    (res,) = replay_workloads(pinned, {"toy": wl})
+    assert res.tallies["oracle"].steps < 40 + 40  # b drafts from a's output
+    # Sessions on different replicas (the two session ids hash apart for 64 replicas).
+    by_session = ReplayConfig(
+        proposers=("oracle",), replicas=64, default_routing=Routing.SESSION, concurrency=1
+    )
+    assert route(wl[0][0].spec, Routing.SESSION, 64) != route(wl[1][0].spec, Routing.SESSION, 64)
+    (res2,) = replay_workloads(by_session, {"toy": wl})
+    assert res2.tallies["oracle"].steps == 80
+
+
+def test_interleave_round_robin() -> None:
+    trajs = [[f"a{i}" for i in range(3)], ["b0"], [f"c{i}" for i in range(2)], ["d0"]]
+    got = list(interleave(trajs, 2))  # type: ignore[arg-type]
+    assert got == ["a0", "b0", "a1", "c0", "a2", "c1", "d0"]
+    assert list(interleave(trajs, 1)) == ["a0", "a1", "a2", "b0", "c0", "c1", "d0"]  # type: ignore[arg-type]
+    assert sorted(interleave(trajs, 100)) == sorted(x for t in trajs for x in t)  # type: ignore[arg-type]
