@@ -96,22 +96,9 @@ class Corpus:
         )
         if not d.token_ids:
             return EMPTY_TREE_DRAFT
-        probs = list(d.probs)
-        if policy.min_path_prob > 0.0:
-            # Each token is accepted only if all before it were: stop where the estimated
-            # chance of reaching a token falls too low to be worth verifying.
-            keep, path = 0, 1.0
-            for p in probs:
-                path *= p
-                if path < policy.min_path_prob:
-                    break
-                keep += 1
-            if keep < len(probs):
-                if keep == 0:
-                    return EMPTY_TREE_DRAFT
-                probs = probs[:keep]
-                return TreeDraft(list(d.token_ids[:keep]), probs, float(sum(probs)), int(d.match_len))
-        return TreeDraft(list(d.token_ids), probs, float(d.score), int(d.match_len))
+        # ``probs`` are path probabilities (each the estimated chance that the draft is
+        # right up to that token), and ``min_token_prob`` already cut the draft on them.
+        return TreeDraft(list(d.token_ids), list(d.probs), float(d.score), int(d.match_len))
 
     def speculate_tree(self, context: np.ndarray, max_nodes: int, policy: DraftPolicy):
         """Tree speculation (every branch after the match); returns the native draft."""

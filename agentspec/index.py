@@ -276,7 +276,7 @@ class DraftIndex:
         if budget <= 0:
             call.last_level = Level.NONE
             return Draft.empty()
-        context = call.stream.tokens.tail(self._depth)
+        context = call.stream.tokens.tail(min(self._depth, policy.max_match_tokens))
         best, level = self._best_draft(call, context, budget)
         call.last_level = level
         if level is Level.NONE:

@@ -23,20 +23,23 @@ class DraftPolicy(BaseModel):
 
     max_depth: int = Field(64, ge=1, le=1024, description="Suffix tree depth: longest match plus draft.")
     max_spec_tokens: int = Field(32, ge=0, le=1024, description="Most tokens in one draft.")
-    max_spec_factor: float = Field(4.0, ge=0.0, description="Draft length per matched token.")
-    max_spec_offset: float = Field(0.0, description="Added to the factor-based length cap.")
-    min_token_prob: float = Field(0.1, ge=0.0, le=1.0, description="Stop the draft below this.")
-    min_path_prob: float = Field(
-        0.0,
-        ge=0.0,
-        le=1.0,
-        description="Stop the draft where the product of its token probabilities falls below this.",
+    max_match_tokens: int = Field(
+        32,
+        ge=1,
+        le=1024,
+        description=(
+            "Context tokens matched against the trees. Matching costs grow with the square of"
+            " this; beyond ~32 tokens a longer match rarely changes the draft."
+        ),
     )
+    max_spec_factor: float = Field(2.0, ge=0.0, description="Draft length per matched token.")
+    max_spec_offset: float = Field(0.0, description="Added to the factor-based length cap.")
+    min_token_prob: float = Field(0.3, ge=0.0, le=1.0, description="Stop the draft below this.")
 
     @classmethod
     def vllm_defaults(cls) -> DraftPolicy:
         """vLLM 0.32's suffix-decoding defaults (depth 24, 24 tokens, factor 1.0)."""
-        return cls(max_depth=24, max_spec_tokens=24, max_spec_factor=1.0, min_token_prob=0.1, min_path_prob=0.0)
+        return cls(max_depth=24, max_spec_tokens=24, max_spec_factor=1.0, min_token_prob=0.1)
 
 
 class IndexConfig(BaseModel):

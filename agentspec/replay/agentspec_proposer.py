@@ -49,18 +49,11 @@ class AgentspecProposer:
 
 
 def make_agentspec_index(settings: ProposerSettings) -> Any:
-    """A DraftIndex with the index's default policy, overridden where asked."""
+    """A DraftIndex with the given draft policy (the index's defaults when None)."""
     from agentspec.index import DraftIndex
     from agentspec.policy import DraftPolicy, IndexConfig
 
-    overrides: dict[str, int] = {}
-    if settings.agentspec_depth is not None:
-        overrides["max_depth"] = settings.agentspec_depth
-    if settings.agentspec_tokens is not None:
-        overrides["max_spec_tokens"] = settings.agentspec_tokens
-    if not overrides:
-        return DraftIndex(IndexConfig())
-    return DraftIndex(IndexConfig(policy=DraftPolicy(**overrides)))
+    return DraftIndex(IndexConfig(policy=settings.agentspec_policy or DraftPolicy()))
 
 
 @register_proposer("agentspec")

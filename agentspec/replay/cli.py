@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from agentspec.policy import DraftPolicy
 from agentspec.replay.config import DEFAULT_PROPOSERS, ReplayConfig, parse_routing
 from agentspec.replay.cost import CostModel
 from agentspec.replay.proposer import ProposerSettings
@@ -79,6 +80,10 @@ def bench(
     ngram_impl: Annotated[
         str, typer.Option(help="vllm-ngram: 'auto' (vLLM's function if importable), 'vllm' or 'numpy'.")
     ] = "auto",
+    agentspec_policy: Annotated[
+        str | None,
+        typer.Option(help='agentspec: draft policy as JSON, e.g. \'{"max_spec_factor": 4}\' (DraftPolicy fields).'),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
     """Replay recorded agent trajectories through draft proposers and compare them."""
@@ -103,6 +108,7 @@ def bench(
                 ngram_min=ngram_min,
                 ngram_max=ngram_max,
                 ngram_impl=ngram_impl,  # type: ignore[arg-type]
+                agentspec_policy=DraftPolicy.model_validate_json(agentspec_policy) if agentspec_policy else None,
             ),
             cost=CostModel(step_ms=step_ms, draft_token_ms=draft_token_ms),
         )

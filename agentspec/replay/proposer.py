@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentspec.policy import DraftPolicy
 from agentspec.replay.calls import CallSpec
 
 
@@ -99,9 +100,8 @@ class ProposerSettings(BaseModel):
     # Oracle: tree speculation over a global index of everything seen.
     oracle_depth: int = 64
     oracle_nodes: int = 256
-    # agentspec DraftIndex policy overrides (None = the index's defaults).
-    agentspec_depth: int | None = None
-    agentspec_tokens: int | None = None
+    #: agentspec's draft policy (None = the index's defaults).
+    agentspec_policy: DraftPolicy | None = None
     #: Free-form settings for proposers registered by others.
     extra: dict[str, Any] = Field(default_factory=dict)
 

@@ -15,7 +15,7 @@ from agentspec.replay.calls import SourceWorkload
 from agentspec.replay.config import ReplayConfig
 from agentspec.replay.proposer import Proposer, make_proposer
 from agentspec.replay.simulate import SourceResult, Tally, replay_source
-from agentspec.replay.tokenize import TokenCache
+from agentspec.replay.tokenized import TokenCache
 
 ALL = "all"
 

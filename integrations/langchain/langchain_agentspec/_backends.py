@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 import openai
+
 from agentspec.client.health import BackendState, HealthBook
 from agentspec.client.routing import PinTable
 
@@ -69,7 +70,9 @@ class BackendPool:
         if not backends:
             msg = "at least one backend is required"
             raise ValueError(msg)
-        self.backends: tuple[str, ...] = tuple(dict.fromkeys(normalise_backend(b) for b in backends))
+        self.backends: tuple[str, ...] = tuple(
+            dict.fromkeys(normalise_backend(b) for b in backends)
+        )
         self._pins = PinTable(load_factor)
         self._health = HealthBook(self.backends)
         self._cooldown_s = cooldown_s
@@ -91,7 +94,9 @@ class BackendPool:
         with self._lock:
             failed_at = dict(self._failed_at)
         up = set(self._health.healthy())
-        out = [b for b in self.backends if b in up or now - failed_at.get(b, 0.0) >= self._cooldown_s]
+        out = [
+            b for b in self.backends if b in up or now - failed_at.get(b, 0.0) >= self._cooldown_s
+        ]
         return out or list(self.backends)
 
     def mark_failed(self, backend: str, reason: str) -> None:

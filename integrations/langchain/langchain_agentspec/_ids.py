@@ -64,7 +64,7 @@ def check_id(field: str, value: object) -> str:
     """
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         msg = f"{field} must be a string, got {type(value).__name__}"
-        raise ValueError(msg)
+        raise ValueError(msg)  # noqa: TRY004 - pydantic validators must raise ValueError
     text = str(value)
     if _ID_RE.fullmatch(text) is None:
         msg = f"{field} must be 1-128 characters of [A-Za-z0-9._:@/-], got {text!r}"

@@ -23,11 +23,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
-from agentspec.client import Seed, ServerRefusedError, SessionNotFoundError, SessionStats
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import LanguageModelInput
 from langchain_core.language_models.chat_models import LangSmithParams
@@ -35,8 +34,9 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_openai import ChatOpenAI
-from pydantic import Field, PrivateAttr, model_validator
-from typing_extensions import Self
+from pydantic import Field, PrivateAttr, SecretStr, model_validator
+
+from agentspec.client import Seed, ServerRefusedError, SessionNotFoundError, SessionStats
 
 from ._backends import BackendPool, is_backend_failure, normalise_backend
 from ._ids import CallIds, check_id, resolve_ids, run_metadata, with_session_metadata
@@ -253,7 +253,7 @@ class ChatAgentSpec(ChatOpenAI):
 
     def invoke(
         self,
-        input: LanguageModelInput,  # noqa: A002 - LangChain's signature
+        input: LanguageModelInput,
         config: RunnableConfig | None = None,
         *,
         stop: list[str] | None = None,
@@ -263,7 +263,7 @@ class ChatAgentSpec(ChatOpenAI):
 
     async def ainvoke(
         self,
-        input: LanguageModelInput,  # noqa: A002
+        input: LanguageModelInput,
         config: RunnableConfig | None = None,
         *,
         stop: list[str] | None = None,
@@ -273,7 +273,7 @@ class ChatAgentSpec(ChatOpenAI):
 
     def stream(
         self,
-        input: LanguageModelInput,  # noqa: A002
+        input: LanguageModelInput,
         config: RunnableConfig | None = None,
         *,
         stop: list[str] | None = None,
@@ -283,7 +283,7 @@ class ChatAgentSpec(ChatOpenAI):
 
     async def astream(
         self,
-        input: LanguageModelInput,  # noqa: A002
+        input: LanguageModelInput,
         config: RunnableConfig | None = None,
         *,
         stop: list[str] | None = None,
@@ -315,7 +315,9 @@ class ChatAgentSpec(ChatOpenAI):
             raise ValueError(msg)
         return ids.session_id
 
-    def session(self, session_id: str | None = None, group_id: str | None = None) -> AgentSpecSession:
+    def session(
+        self, session_id: str | None = None, group_id: str | None = None
+    ) -> AgentSpecSession:
         """A handle on one session: ``seed``, ``repair``, ``stats`` and a bound runnable.
 
         ```python
@@ -435,7 +437,8 @@ class ChatAgentSpec(ChatOpenAI):
         # A router in front hashes the session header: stats must reach the same server.
         headers[SESSION_HEADER] = session_id
         key = self.openai_api_key
-        secret = key.get_secret_value() if hasattr(key, "get_secret_value") else None
+        # A callable key (token provider) is left to the OpenAI client: stats send none.
+        secret = key.get_secret_value() if isinstance(key, SecretStr) else None
         if secret and secret != _NO_KEY:
             headers["Authorization"] = f"Bearer {secret}"
         return headers
@@ -577,7 +580,7 @@ class ChatAgentSpec(ChatOpenAI):
         call = self._prepare(run_manager, kwargs)
         return self._attempt(
             call,
-            lambda model: super(ChatAgentSpec, model)._generate(
+            lambda model: super()._generate(
                 messages, stop=stop, run_manager=run_manager, **call.kwargs
             ),
         )

@@ -68,3 +68,24 @@ def agentspec_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+_HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run this package's coroutine tests on pytest-asyncio, as ``asyncio_mode=auto`` would.
+
+    langchain-tests' async tests carry no asyncio marker (partner packages run in auto
+    mode); the repository's shared pytest config is in strict mode, so they are marked here.
+    """
+    import inspect
+
+    for item in items:
+        func = getattr(item, "obj", None)
+        if (
+            inspect.iscoroutinefunction(func)
+            and _HERE in Path(str(item.fspath)).parents
+            and item.get_closest_marker("asyncio") is None
+        ):
+            item.add_marker(pytest.mark.asyncio)

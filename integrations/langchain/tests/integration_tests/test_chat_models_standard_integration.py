@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from langchain_tests.integration_tests import ChatModelIntegrationTests
-
 from langchain_agentspec import ChatAgentSpec
+from langchain_tests.integration_tests import ChatModelIntegrationTests
 
 pytestmark = pytest.mark.server
 

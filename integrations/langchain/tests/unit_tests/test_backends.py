@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from agentspec.client.routing import rendezvous_order
-from agentspec.client.stub import StubServer
-
 from langchain_agentspec import ChatAgentSpec
 from langchain_agentspec._backends import is_backend_failure
+
+from agentspec.client.routing import rendezvous_order
+from agentspec.client.stub import StubServer
 
 
 def _pair_model(stubs: tuple[StubServer, StubServer], **kwargs: object) -> ChatAgentSpec:
@@ -99,7 +99,7 @@ def test_5xx_fails_over_but_4xx_does_not(stubs: tuple[StubServer, StubServer]) -
 
     other = _by_url(stubs)[model.backend_for("s5")]
     other.fail_next(1, status=400)
-    with pytest.raises(Exception) as info:  # noqa: PT011 - langchain-openai's BadRequestError
+    with pytest.raises(Exception) as info:
         model.invoke("z", session_id="s5")
     assert not is_backend_failure(info.value)
     assert model.backend_for("s5") == other.url
@@ -132,6 +132,6 @@ def test_all_backends_down_raises(stubs: tuple[StubServer, StubServer]) -> None:
     model = _pair_model(stubs)
     for stub in stubs:
         stub.fail_next(1, status=500)
-    with pytest.raises(Exception) as info:  # noqa: PT011
+    with pytest.raises(Exception) as info:
         model.invoke("x", session_id="doomed")
     assert is_backend_failure(info.value)

@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agentspec.client import SessionNotFoundError
-from agentspec.client.stub import RecordedRequest, StubServer
+from langchain_agentspec import ChatAgentSpec
+from langchain_agentspec.chat_models import merge_extra_body
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
-from langchain_agentspec import ChatAgentSpec
-from langchain_agentspec.chat_models import merge_extra_body
+from agentspec.client import SessionNotFoundError
+from agentspec.client.stub import RecordedRequest, StubServer
 
 
 def _model(stub: StubServer, **kwargs: Any) -> ChatAgentSpec:
@@ -194,7 +194,11 @@ def test_seeds_travel_with_the_sessions_next_call_only(stub: StubServer) -> None
     session = model.session("s-seed")
     session.seed("def f(x):\n    return x\n")
     session.repair("bad attempt", feedback="AssertionError: 1 != 2")
-    assert [s["kind"] for s in session.pending_seeds] == ["prior_turn", "repair_attempt", "document"]
+    assert [s["kind"] for s in session.pending_seeds] == [
+        "prior_turn",
+        "repair_attempt",
+        "document",
+    ]
 
     model.invoke("other session", session_id="someone-else")
     assert "agentspec_seeds" not in _last(stub).body
@@ -254,7 +258,7 @@ def test_seeds_of_a_refused_call_stay_pending(stub: StubServer) -> None:
     model = _model(stub)
     model.add_seed("keep me", session_id="s-fail")
     stub.fail_next(1, status=400)
-    with pytest.raises(Exception):  # noqa: B017, PT011 - langchain-openai's BadRequestError
+    with pytest.raises(Exception):  # noqa: B017 - langchain-openai's BadRequestError
         model.invoke("x", session_id="s-fail")
     assert [s["text"] for s in model.pending_seeds("s-fail")] == ["keep me"]
     model.invoke("x", session_id="s-fail")

@@ -1,0 +1,106 @@
+"""The draft index's targets on a recorded trajectory set, in one run.
+
+    python benchmarks/replay_targets.py --data trajectories-dev.jsonl.gz [--limit N] [--jobs 2]
+
+Replays every call through vLLM's suffix method (as vLLM 0.32 drives it, vLLM's defaults)
+and through agentspec, and prints agentspec / vllm-suffix ratios:
+
+1. AL per source on one server (and the draft acceptance rates);
+2. AL per source on 8 replicas: agentspec pinned by group, vllm-suffix spread over calls;
+3. AL on mini_swe_agent with a 4000-token condenser window;
+4. index time per call on mini_swe_agent (from run 1).
+
+Each ratio is measured against the baseline in the same run. The targets it checks are
+those the draft index was built to meet; a miss is printed, not hidden.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agentspec.replay import ReplayConfig, ReplayResult, Routing, run_replay
+
+BASE, OURS = "vllm-suffix", "agentspec"
+ALL = "all"
+console = Console()
+
+
+def _ratio(result: ReplayResult, source: str, field: str = "al") -> float:
+    ours = getattr(result.record(OURS, source), field)
+    base = getattr(result.record(BASE, source), field)
+    return ours / base if base else float("nan")
+
+
+def _table(title: str, result: ReplayResult) -> Table:
+    table = Table(title=title)
+    for col in ("source", "calls", "AL suffix", "AL agentspec", "ratio", "acc suffix", "acc agentspec", "acc ratio"):
+        table.add_column(col, justify="left" if col == "source" else "right")
+    for source in [*result.sources(), ALL]:
+        b, o = result.record(BASE, source), result.record(OURS, source)
+        table.add_row(
+            source,
+            str(o.calls),
+            f"{b.al:.3f}",
+            f"{o.al:.3f}",
+            f"{_ratio(result, source):.3f}",
+            f"{b.acceptance_rate:.3f}",
+            f"{o.acceptance_rate:.3f}",
+            f"{_ratio(result, source, 'acceptance_rate'):.3f}",
+        )
+    return table
+
+
+def main(
+    data: Annotated[Path, typer.Option(help="Trajectories file (.jsonl[.gz]).")],
+    limit: Annotated[int | None, typer.Option(help="At most N trajectories per source.")] = None,
+    jobs: Annotated[int, typer.Option(help="Sources replayed in parallel processes.")] = 1,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write every record here.")] = None,
+) -> None:
+    common = dict(data=data, limit=limit, jobs=jobs, proposers=(BASE, OURS))
+    one = run_replay(ReplayConfig(**common))
+    console.print(_table("1. one server", one))
+    eight = run_replay(
+        ReplayConfig(**common, replicas=8, routing={OURS: Routing.GROUP, BASE: Routing.SPREAD})
+    )
+    console.print(_table("2. 8 replicas: agentspec pinned by group, vllm-suffix spread", eight))
+    windowed = run_replay(ReplayConfig(**{**common, "jobs": 1}, sources=("mini_swe_agent",), window=4000))
+    console.print(_table("3. mini_swe_agent, 4000-token window", windowed))
+
+    sources = one.sources()
+    acc_ratio = _ratio(one, ALL, "acceptance_rate")
+    index_ratio = (
+        one.record(OURS, "mini_swe_agent").index_us_per_call / one.record(BASE, "mini_swe_agent").index_us_per_call
+        if "mini_swe_agent" in sources
+        else float("nan")
+    )
+    checks = [
+        ("AL, one server, every source >= 1.00x", min(_ratio(one, s) for s in sources), 1.0),
+        ("AL, one server, overall >= 1.10x", _ratio(one, ALL), 1.10),
+        ("acceptance rate, one server, overall >= 2/3 of suffix's", acc_ratio, 2 / 3),
+        ("AL, 8 replicas, overall >= 1.20x", _ratio(eight, ALL), 1.20),
+        ("AL, mini_swe_agent with window >= 1.00x", _ratio(windowed, ALL), 1.0),
+    ]
+    table = Table(title="targets (agentspec / vllm-suffix, same run)")
+    for col in ("target", "measured", "met"):
+        table.add_column(col)
+    for name, value, bound in checks:
+        table.add_row(name, f"{value:.3f}", "yes" if value >= bound else "NO")
+    table.add_row("index time per call, mini_swe_agent <= 1/20", f"1/{1 / index_ratio:.1f}", "yes" if index_ratio <= 0.05 else "NO")
+    console.print(table)
+    if json_out is not None:
+        json_out.write_text(
+            json.dumps(
+                {"one_server": one.to_json_dict(), "eight_replicas": eight.to_json_dict(), "window_4000": windowed.to_json_dict()},
+                indent=1,
+            )
+        )
+
+
+if __name__ == "__main__":
+    typer.run(main)
