@@ -199,6 +199,9 @@ class DraftIndex:
         # Sessions and groups in one LRU (least recently used first); both count
         # against ``sessions_max_tokens`` and ``max_sessions``.
         self._scopes: OrderedDict[tuple[str, str], _Scope] = OrderedDict()
+        # Scopes of session-less calls live only as long as their call; they stay out
+        # of the LRU so that they never count as sessions nor push real ones out.
+        self._ephemeral: dict[tuple[str, str], _Scope] = {}
         self._scoped_tokens = 0
         self._global = Corpus(self._depth)
         self._global_active: set[int] = set()
@@ -378,16 +381,13 @@ class DraftIndex:
     def stats(self) -> IndexStats:
         sessions = [s for s in self._scopes.values() if s.key[0] == "session"]
         groups = [s for s in self._scopes.values() if s.key[0] == "group"]
-        memory = self._global.memory_bytes() + sum(
-            s.stream.memory_bytes() + s.seeds.memory_bytes() for s in self._scopes.values()
-        )
+        held = [*self._scopes.values(), *self._ephemeral.values()]
+        memory = self._global.memory_bytes() + sum(s.stream.memory_bytes() + s.seeds.memory_bytes() for s in held)
         return IndexStats(
             sessions=len(sessions),
             groups=len(groups),
             active_calls=len(self._calls),
-            session_tokens=sum(s.tokens for s in sessions) + sum(
-                s.tokens for s in self._scopes.values() if s.key[0] == "call"
-            ),
+            session_tokens=sum(s.tokens for s in sessions) + sum(s.tokens for s in self._ephemeral.values()),
             group_tokens=sum(s.tokens for s in groups),
             global_tokens=self._global.tokens,
             memory_bytes=memory,
@@ -481,11 +481,12 @@ class DraftIndex:
             stats=SessionStats(scope_id=key[1]),
             ephemeral=ephemeral,
         )
-        self._scopes[key] = scope
+        (self._ephemeral if ephemeral else self._scopes)[key] = scope
         return scope
 
     def _drop_scope(self, scope: _Scope) -> None:
-        if self._scopes.pop(scope.key, None) is not None:
+        held = self._ephemeral if scope.ephemeral else self._scopes
+        if held.pop(scope.key, None) is not None:
             self._scoped_tokens -= scope.tokens
 
     def _add(self, scope: _Scope, corpus: Corpus, seq_id: int, tokens: np.ndarray) -> int:

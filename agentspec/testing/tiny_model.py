@@ -82,6 +82,13 @@ def _build_tokenizer(out: Path) -> None:
     fast.save_pretrained(str(out))
 
 
+def _token_id(tokenizer: object, token: str) -> int:
+    tid = tokenizer.convert_tokens_to_ids(token)  # type: ignore[attr-defined]
+    if not isinstance(tid, int):
+        raise TypeError(f"tokenizer has no single id for {token!r}")
+    return tid
+
+
 def _build_model(out: Path) -> None:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
@@ -97,8 +104,8 @@ def _build_model(out: Path) -> None:
         num_key_value_heads=2,
         max_position_embeddings=4096,
         bos_token_id=None,
-        eos_token_id=int(tokenizer.convert_tokens_to_ids("<|im_end|>")),
-        pad_token_id=int(tokenizer.convert_tokens_to_ids("<|endoftext|>")),
+        eos_token_id=_token_id(tokenizer, "<|im_end|>"),
+        pad_token_id=_token_id(tokenizer, "<|endoftext|>"),
         tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(config)  # float32, torch's default dtype

@@ -250,6 +250,24 @@ def test_active_sessions_are_not_evicted():
     assert index.stats().sessions <= 2
 
 
+def test_session_less_calls_never_push_sessions_out():
+    index = DraftIndex(IndexConfig(max_sessions=2))
+    index.start_call("a", [1, 2, 3], session_id="a")
+    index.finish_call("a")
+    index.start_call("b", [4, 5, 6], session_id="b")
+    index.finish_call("b")
+    # Many concurrent calls without a session: each has its own scope while it runs.
+    for i in range(5):
+        index.start_call(f"anon{i}", [7, 8, 9, i])
+    assert index.stats().sessions == 2
+    assert index.session_stats("a") is not None and index.session_stats("b") is not None
+    for i in range(5):
+        index.finish_call(f"anon{i}")
+    stats = index.stats()
+    assert (stats.sessions, stats.evicted_sessions, stats.active_calls) == (2, 0, 0)
+    assert stats.session_tokens == 6  # the anonymous calls' prompts left with their calls
+
+
 # ---------------------------------------------------------------- bad input
 
 

@@ -1,0 +1,65 @@
+"""Sweep the draft policy on a recorded trajectory set: AL and acceptance against vLLM's suffix.
+
+    python benchmarks/policy_sweep.py --data trajectories-dev.jsonl.gz \
+        --sources tau_bench,openhands_mocks,tot,codet,mini_swe_agent --limit 20
+
+vllm-suffix (vLLM's defaults) is replayed once; every policy in POLICIES is replayed through
+the agentspec proposer on the same calls. Prints, per policy, the AL ratio agentspec /
+vllm-suffix over all calls and the acceptance-rate ratio of each source.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agentspec.policy import DraftPolicy
+from agentspec.replay import ProposerSettings, ReplayConfig, run_replay
+
+POLICIES: list[dict[str, float]] = [
+    {"max_spec_factor": 4.0, "min_token_prob": 0.1},
+    {"max_spec_factor": 2.0, "min_token_prob": 0.1},
+    {},  # the defaults
+    {"max_spec_factor": 2.0, "min_token_prob": 0.5},
+    {"max_spec_factor": 1.0, "min_token_prob": 0.1},
+    {"max_match_tokens": 64},
+    {"max_depth": 32, "max_match_tokens": 16},
+]
+
+
+def main(
+    data: Annotated[Path, typer.Option(help="Trajectories file (.jsonl[.gz]).")],
+    sources: Annotated[str, typer.Option(help="Comma list of sources.")] = "tau_bench,openhands_mocks,tot,codet",
+    limit: Annotated[int, typer.Option(help="At most N trajectories per source.")] = 20,
+    jobs: Annotated[int, typer.Option(help="Sources replayed in parallel processes.")] = 1,
+) -> None:
+    console = Console()
+    common = dict(data=data, sources=tuple(sources.split(",")), limit=limit, jobs=jobs)
+    base = run_replay(ReplayConfig(**common, proposers=("vllm-suffix",)))
+    names = base.sources()
+    table = Table(title=f"agentspec / vllm-suffix, {limit} trajectories per source")
+    for col in ["policy", "AL ratio (all)", *[f"acc ratio {s}" for s in names]]:
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for overrides in POLICIES:
+        policy = DraftPolicy(**overrides)
+        result = run_replay(
+            ReplayConfig(
+                **common, proposers=("agentspec",), proposer_settings=ProposerSettings(agentspec_policy=policy)
+            )
+        )
+        label = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "defaults"
+        al = result.record("agentspec").al / base.record("vllm-suffix").al
+        accs = [
+            result.record("agentspec", s).acceptance_rate / base.record("vllm-suffix", s).acceptance_rate
+            for s in names
+        ]
+        table.add_row(label, f"{al:.3f}", *[f"{a:.2f}" for a in accs])
+    console.print(table)
+
+
+if __name__ == "__main__":
+    typer.run(main)
