@@ -1,11 +1,11 @@
 """Sweep the draft policy on a recorded trajectory set: AL and acceptance against vLLM's suffix.
 
-    python benchmarks/policy_sweep.py --data trajectories-dev.jsonl.gz \
-        --sources tau_bench,openhands_mocks,tot,codet,mini_swe_agent --limit 20
+    python benchmarks/policy_sweep.py --data trajectories-dev.jsonl.gz --limit 20
 
 vllm-suffix (vLLM's defaults) is replayed once; every policy in POLICIES is replayed through
-the agentspec proposer on the same calls. Prints, per policy, the AL ratio agentspec /
-vllm-suffix over all calls and the acceptance-rate ratio of each source.
+the agentspec proposer on the same calls (one server). Prints, per policy, the AL ratio
+agentspec / vllm-suffix over all calls, the lowest AL ratio of any source, and the
+acceptance-rate ratio of each source (the target keeps every one of them above 2/3).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ POLICIES: list[dict[str, float]] = [
     {"max_spec_factor": 4.0, "min_token_prob": 0.1},
     {"max_spec_factor": 2.0, "min_token_prob": 0.1},
     {},  # the defaults
+    {"max_spec_factor": 2.0, "min_token_prob": 0.4},
     {"max_spec_factor": 2.0, "min_token_prob": 0.5},
     {"max_spec_factor": 1.0, "min_token_prob": 0.1},
     {"max_match_tokens": 64},
@@ -33,7 +34,9 @@ POLICIES: list[dict[str, float]] = [
 
 def main(
     data: Annotated[Path, typer.Option(help="Trajectories file (.jsonl[.gz]).")],
-    sources: Annotated[str, typer.Option(help="Comma list of sources.")] = "tau_bench,openhands_mocks,tot,codet",
+    sources: Annotated[str, typer.Option(help="Comma list of sources.")] = (
+        "tau_bench,openhands_mocks,tot,codet,mini_swe_agent"
+    ),
     limit: Annotated[int, typer.Option(help="At most N trajectories per source.")] = 20,
     jobs: Annotated[int, typer.Option(help="Sources replayed in parallel processes.")] = 1,
 ) -> None:
@@ -42,7 +45,7 @@ def main(
     base = run_replay(ReplayConfig(**common, proposers=("vllm-suffix",)))
     names = base.sources()
     table = Table(title=f"agentspec / vllm-suffix, {limit} trajectories per source")
-    for col in ["policy", "AL ratio (all)", *[f"acc ratio {s}" for s in names]]:
+    for col in ["policy", "AL ratio (all)", "lowest AL ratio", *[f"acc ratio {s}" for s in names]]:
         table.add_column(col, justify="left" if col == "policy" else "right")
     for overrides in POLICIES:
         policy = DraftPolicy(**overrides)
@@ -53,11 +56,12 @@ def main(
         )
         label = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "defaults"
         al = result.record("agentspec").al / base.record("vllm-suffix").al
+        lowest = min(result.record("agentspec", s).al / base.record("vllm-suffix", s).al for s in names)
         accs = [
             result.record("agentspec", s).acceptance_rate / base.record("vllm-suffix", s).acceptance_rate
             for s in names
         ]
-        table.add_row(label, f"{al:.3f}", *[f"{a:.2f}" for a in accs])
+        table.add_row(label, f"{al:.3f}", f"{lowest:.3f}", *[f"{a:.2f}" for a in accs])
     console.print(table)
 
 

@@ -13,14 +13,8 @@ See ``docs/bench.md`` for the method, the options and the cost model.
 from agentspec.replay.calls import CallSpec, ReplayCall, StaticCall, static_call
 from agentspec.replay.config import ReplayConfig, Routing
 from agentspec.replay.cost import CostModel
-from agentspec.replay.proposer import (
-    Draft,
-    Proposer,
-    ProposerSettings,
-    make_proposer,
-    proposer_names,
-    register_proposer,
-)
+from agentspec.replay.proposer import Draft, Proposer, ProposerFactory, ProposerSettings
+from agentspec.replay.registry import builtin_proposers, make_proposer, proposer_names
 from agentspec.replay.run import Record, ReplayResult, replay_workloads, run_replay, summarise
 
 __all__ = [
@@ -28,6 +22,7 @@ __all__ = [
     "CostModel",
     "Draft",
     "Proposer",
+    "ProposerFactory",
     "ProposerSettings",
     "Record",
     "ReplayCall",
@@ -35,9 +30,9 @@ __all__ = [
     "ReplayResult",
     "Routing",
     "StaticCall",
+    "builtin_proposers",
     "make_proposer",
     "proposer_names",
-    "register_proposer",
     "replay_workloads",
     "run_replay",
     "static_call",

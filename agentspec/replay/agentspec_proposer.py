@@ -9,16 +9,19 @@ the condenser dropped only if its session level retained it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from agentspec.replay.calls import CallSpec
-from agentspec.replay.proposer import EMPTY_DRAFT, Draft, Proposer, ProposerSettings, register_proposer
+from agentspec.replay.proposer import EMPTY_DRAFT, Draft, Proposer, ProposerSettings
+
+if TYPE_CHECKING:
+    from agentspec.index import DraftIndex
 
 
 class AgentspecProposer:
-    def __init__(self, index: Any) -> None:
+    def __init__(self, index: DraftIndex) -> None:
         self.index = index
 
     def begin_call(self, call: CallSpec, prompt: np.ndarray) -> None:
@@ -40,15 +43,10 @@ class AgentspecProposer:
         self.index.finish_call(call_id)
 
     def memory_bytes(self) -> int:
-        stats = self.index.stats()
-        for name in ("memory_bytes", "bytes", "estimated_bytes"):
-            value = getattr(stats, name, None)
-            if isinstance(value, int):
-                return value
-        return 0
+        return self.index.stats().memory_bytes
 
 
-def make_agentspec_index(settings: ProposerSettings) -> Any:
+def make_agentspec_index(settings: ProposerSettings) -> DraftIndex:
     """A DraftIndex with the given draft policy (the index's defaults when None)."""
     from agentspec.index import DraftIndex
     from agentspec.policy import DraftPolicy, IndexConfig
@@ -56,6 +54,5 @@ def make_agentspec_index(settings: ProposerSettings) -> Any:
     return DraftIndex(IndexConfig(policy=settings.agentspec_policy or DraftPolicy()))
 
 
-@register_proposer("agentspec")
-def _agentspec(settings: ProposerSettings) -> Proposer:
+def make_agentspec(settings: ProposerSettings) -> Proposer:
     return AgentspecProposer(make_agentspec_index(settings))

@@ -23,7 +23,6 @@ from agentspec.replay.proposer import (
     Draft,
     Proposer,
     ProposerSettings,
-    register_proposer,
 )
 
 
@@ -192,18 +191,15 @@ class TreeOracle(NoProposer):
         return int(self.tree.estimate_memory())
 
 
-@register_proposer("none")
-def _none(settings: ProposerSettings) -> Proposer:
+def make_none(settings: ProposerSettings) -> Proposer:
     return NoProposer()
 
 
-@register_proposer("vllm-ngram")
-def _ngram(settings: ProposerSettings) -> Proposer:
+def make_vllm_ngram(settings: ProposerSettings) -> Proposer:
     return VllmNgramProposer(settings.ngram_k, settings.ngram_min, settings.ngram_max, settings.ngram_impl)
 
 
-@register_proposer("vllm-suffix")
-def _suffix(settings: ProposerSettings) -> Proposer:
+def make_vllm_suffix(settings: ProposerSettings) -> Proposer:
     return VllmSuffixProposer(
         settings.suffix_depth,
         settings.suffix_tokens,
@@ -213,6 +209,5 @@ def _suffix(settings: ProposerSettings) -> Proposer:
     )
 
 
-@register_proposer("oracle")
-def _oracle(settings: ProposerSettings) -> Proposer:
+def make_oracle(settings: ProposerSettings) -> Proposer:
     return TreeOracle(settings.oracle_depth, settings.oracle_nodes)

@@ -1,4 +1,4 @@
-"""The proposer plug-in interface of the replay benchmark, and its registry.
+"""The proposer plug-in interface of the replay benchmark.
 
 A proposer is driven call by call, the way a speculative-decoding engine drives
 its drafter: ``begin_call`` with the prompt, then for every decoding step
@@ -6,15 +6,8 @@ its drafter: ``begin_call`` with the prompt, then for every decoding step
 ``verified`` with the outcome, and finally ``end_call``. One proposer instance is
 one server (replica): state it keeps across calls is what that server would keep.
 
-To add a proposer::
-
-    from agentspec.replay import register_proposer
-
-    @register_proposer("my-drafter")
-    def _make(settings: ProposerSettings) -> Proposer:
-        return MyDrafter(...)
-
-and pass ``--proposers my-drafter`` to ``agentspec bench``.
+A :data:`ProposerFactory` builds one proposer from :class:`ProposerSettings`; see
+:mod:`agentspec.replay.registry` for how a replay finds factories by name.
 """
 
 from __future__ import annotations
@@ -107,34 +100,3 @@ class ProposerSettings(BaseModel):
 
 
 ProposerFactory = Callable[[ProposerSettings], Proposer]
-
-_REGISTRY: dict[str, ProposerFactory] = {}
-
-
-def register_proposer(name: str) -> Callable[[ProposerFactory], ProposerFactory]:
-    """Class/function decorator registering a proposer factory under ``name``."""
-
-    def deco(factory: ProposerFactory) -> ProposerFactory:
-        _REGISTRY[name] = factory
-        return factory
-
-    return deco
-
-
-def proposer_names() -> list[str]:
-    _load_builtins()
-    return list(_REGISTRY)
-
-
-def make_proposer(name: str, settings: ProposerSettings) -> Proposer:
-    _load_builtins()
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown proposer {name!r}; known: {', '.join(_REGISTRY)}") from None
-    return factory(settings)
-
-
-def _load_builtins() -> None:
-    # Imported for their registration side effect, late to avoid an import cycle.
-    from agentspec.replay import agentspec_proposer, baselines  # noqa: F401

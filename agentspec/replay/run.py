@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict
 
 from agentspec.replay.calls import SourceWorkload
 from agentspec.replay.config import ReplayConfig
-from agentspec.replay.proposer import Proposer, make_proposer
+from agentspec.replay.proposer import Proposer, ProposerFactory
+from agentspec.replay.registry import make_proposer
 from agentspec.replay.simulate import SourceResult, Tally, replay_source
 from agentspec.replay.tokenized import TokenCache
 
@@ -70,23 +71,31 @@ class ReplayResult(BaseModel):
         }
 
 
-def _factories(config: ReplayConfig) -> dict[str, Callable[[], Proposer]]:
-    return {name: partial(make_proposer, name, config.proposer_settings) for name in config.proposers}
+Extra = Mapping[str, ProposerFactory] | None
 
 
-def _check_proposers(config: ReplayConfig) -> None:
+def _factories(config: ReplayConfig, extra: Extra) -> dict[str, Callable[[], Proposer]]:
+    return {name: partial(make_proposer, name, config.proposer_settings, extra) for name in config.proposers}
+
+
+def _check_proposers(config: ReplayConfig, extra: Extra) -> None:
     # Build one of each up front: a missing dependency fails before any work.
     for name in config.proposers:
-        make_proposer(name, config.proposer_settings)
+        make_proposer(name, config.proposer_settings, extra)
 
 
 def replay_workloads(
     config: ReplayConfig,
     workloads: Mapping[str, SourceWorkload],
     on_call: Callable[[str], None] | None = None,
+    proposers: Extra = None,
 ) -> list[SourceResult]:
-    """Replay pre-built workloads (e.g. pre-tokenized calls) in this process."""
-    factories = _factories(config)
+    """Replay pre-built workloads (e.g. pre-tokenized calls) in this process.
+
+    ``proposers`` adds factories to those the replay can name (see
+    :mod:`agentspec.replay.registry`).
+    """
+    factories = _factories(config, proposers)
     routing = {name: config.routing_for(name) for name in config.proposers}
     return [
         replay_source(
@@ -103,11 +112,11 @@ def replay_workloads(
     ]
 
 
-def _replay_cached_source(config: ReplayConfig, source: str) -> SourceResult:
+def _replay_cached_source(config: ReplayConfig, source: str, proposers: Extra = None) -> SourceResult:
     """One source, start to end, from the token cache (runs in a worker process)."""
     cache = TokenCache(config.data_path(), config.cache_dir)
     wl = cache.load(source).workload(config.limit, config.window)
-    return replay_workloads(config, {source: wl})[0]
+    return replay_workloads(config, {source: wl}, proposers=proposers)[0]
 
 
 def run_replay(
@@ -116,15 +125,17 @@ def run_replay(
     on_start: Callable[[str, int], None] | None = None,
     on_call: Callable[[str], None] | None = None,
     on_source_done: Callable[[SourceResult], None] | None = None,
+    proposers: Extra = None,
 ) -> ReplayResult:
     """Replay the configured trajectories through every configured proposer.
 
     The callbacks feed progress displays: ``on_start(source, n_calls)`` once per
     source, ``on_call(source)`` per call (in-process runs only), and
-    ``on_source_done`` when a source finishes.
+    ``on_source_done`` when a source finishes. ``proposers`` adds factories to those the
+    replay can name (see :mod:`agentspec.replay.registry`).
     """
     start = time.perf_counter()
-    _check_proposers(config)
+    _check_proposers(config, proposers)
     cache = TokenCache(config.data_path(), config.cache_dir)
     available = cache.sources()
     sources = list(config.sources) if config.sources else list(available)
@@ -139,7 +150,7 @@ def run_replay(
             wl = cache.load(s).workload(config.limit, config.window)
             if on_start:
                 on_start(s, sum(len(t) for t in wl))
-            (res,) = replay_workloads(config, {s: wl}, on_call)
+            (res,) = replay_workloads(config, {s: wl}, on_call, proposers)
             results.append(res)
             if on_source_done:
                 on_source_done(res)
@@ -151,7 +162,7 @@ def run_replay(
         # spawn: the parent may hold threads (progress display) and native state.
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=config.jobs, mp_context=ctx) as ex:
-            futures = {ex.submit(_replay_cached_source, config, s): s for s in sources}
+            futures = {ex.submit(_replay_cached_source, config, s, proposers): s for s in sources}
             by_source: dict[str, SourceResult] = {}
             for fut in as_completed(futures):
                 res = fut.result()

@@ -11,14 +11,7 @@ from agentspec.client import (
     StreamInterruptedError,
 )
 
-pytestmark = pytest.mark.anyio
-
 USER = [{"role": "user", "content": "hello there"}]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 async def test_fifty_concurrent_sessions(config, stubs) -> None:

@@ -227,7 +227,7 @@ def test_aborted_stream_leaves_no_state(agentspec_server) -> None:
 
 
 def test_many_sessions_stay_within_budget(agentspec_server) -> None:
-    """The shared test server holds at most 32 sessions (tests/conftest.py): 40 more evict
+    """The shared test server holds at most 32 sessions (agentspec.testing.pytest_plugin): 40 more evict
     the least recently used, and no finished call is left active."""
     from concurrent.futures import ThreadPoolExecutor
 

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from agentspec.replay import ProposerSettings, make_proposer, proposer_names, register_proposer
+from agentspec.replay import ProposerSettings, builtin_proposers, make_proposer, proposer_names
 from agentspec.replay.agentspec_proposer import AgentspecProposer
 from agentspec.replay.baselines import NoProposer, TreeOracle
 from agentspec.replay.calls import CallSpec
@@ -68,15 +68,18 @@ def test_agentspec_proposer_runs_on_the_real_index() -> None:
     assert p.memory_bytes() > 0
 
 
-def test_registry_accepts_new_proposers() -> None:
-    @register_proposer("test-null")
-    def _make(settings: ProposerSettings) -> NoProposer:
-        return NoProposer()
+def _make_null(settings: ProposerSettings) -> NoProposer:
+    return NoProposer()
 
-    assert "test-null" in proposer_names()
-    assert isinstance(make_proposer("test-null", ProposerSettings()), NoProposer)
-    with pytest.raises(ValueError, match="unknown proposer"):
-        make_proposer("nope", ProposerSettings())
+
+def test_callers_add_proposers_without_global_registration() -> None:
+    extra = {"test-null": _make_null}
+    assert "test-null" in proposer_names(extra)
+    assert isinstance(make_proposer("test-null", ProposerSettings(), extra), NoProposer)
+    # Nothing leaked into a shared table.
+    assert "test-null" not in proposer_names() and "test-null" not in builtin_proposers()
+    with pytest.raises(ValueError, match="unknown proposer 'test-null'"):
+        make_proposer("test-null", ProposerSettings())
 
 
 def test_oracle_indexes_session_streams_incrementally() -> None:

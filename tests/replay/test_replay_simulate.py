@@ -7,7 +7,7 @@ import numpy as np
 from agentspec.replay import ReplayConfig, replay_workloads
 from agentspec.replay.calls import CallSpec
 from agentspec.replay.config import Routing
-from agentspec.replay.proposer import Draft, ProposerSettings
+from agentspec.replay.proposer import Draft, Proposer, ProposerSettings
 from agentspec.replay.simulate import (
     Tally,
     accept_linear,
@@ -157,3 +157,43 @@ def test_interleave_round_robin() -> None:
     assert got == ["a0", "b0", "a1", "c0", "a2", "c1", "d0"]
     assert list(interleave(trajs, 1)) == ["a0", "a1", "a2", "b0", "c0", "c1", "d0"]  # type: ignore[arg-type]
     assert sorted(interleave(trajs, 100)) == sorted(x for t in trajs for x in t)  # type: ignore[arg-type]
+
+
+def _make_copy_last_output(settings: ProposerSettings) -> Proposer:
+    return _CopyLastOutput()
+
+
+class _CopyLastOutput:
+    """A caller's own proposer: drafts the previous call's whole output."""
+
+    def __init__(self) -> None:
+        self.last: list[int] = []
+        self.current: list[int] = []
+
+    def begin_call(self, call, prompt) -> None:
+        self.current = []
+
+    def observe(self, call_id, tokens) -> None:
+        self.current.extend(int(t) for t in tokens)
+
+    def propose(self, call_id, context) -> Draft:
+        done = len(self.current)
+        return Draft(self.last[done:]) if self.last[:done] == self.current else Draft([])
+
+    def verified(self, call_id, drafted, accepted) -> None:
+        pass
+
+    def end_call(self, call_id) -> None:
+        self.last = self.current
+
+    def memory_bytes(self) -> int:
+        return 0
+
+
+def test_caller_supplied_proposers_run_beside_the_builtin_ones(two_turn_agent) -> None:
+    config = ReplayConfig(proposers=("none", "copy-last"), concurrency=1)
+    (res,) = replay_workloads(config, {"toy": two_turn_agent}, proposers={"copy-last": _make_copy_last_output})
+    # Turn 1: nothing to copy, 5 steps. Turn 2: the prefill emits 10, then the draft
+    # 11 12 13 14 is accepted whole in one step.
+    assert res.tallies["copy-last"].steps == 5 + 2
+    assert res.tallies["none"].steps == 10

@@ -5,14 +5,13 @@
 - ``agentspec_url``: a real ``agentspec serve`` on the tiny test model for the integration
   tests. Set ``AGENTSPEC_TEST_BASE_URL`` to use a server that is already running (it must
   serve the model as ``tiny`` with ``--enable-auto-tool-choice --tool-call-parser hermes``);
-  otherwise one is started for the test session (about a minute) and stopped after it.
+  otherwise agentspec's pytest plugin starts one for the test session (about a minute).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -49,43 +48,10 @@ def stub(stubs: tuple[StubServer, StubServer]) -> StubServer:
 
 
 @pytest.fixture(scope="session")
-def agentspec_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def agentspec_url(request: pytest.FixtureRequest) -> str:
     """Base URL (without ``/v1``) of a real agentspec server on the tiny model."""
     if url := os.environ.get(TEST_URL_ENV):
-        yield url.rstrip("/").removesuffix("/v1")
-        return
-    try:
-        import vllm  # noqa: F401
-    except Exception:  # noqa: BLE001 - any import failure means no server here
-        pytest.skip("vLLM is not installed (pip install 'agentspec[cpu]' or 'agentspec[vllm]')")
-    from agentspec.testing.server import VLLMServer
-    from agentspec.testing.tiny_model import ENV_DIR, build_tiny_model
-
-    model_dir: Path = build_tiny_model(os.environ.get(ENV_DIR) or tmp_path_factory.mktemp("tiny"))
-    server = VLLMServer.launch(model_dir, log_dir=tmp_path_factory.mktemp("vllm-logs"))
-    try:
-        server.wait_ready(timeout=300)
-        yield server.url
-    finally:
-        server.stop()
-
-
-_HERE = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run this package's coroutine tests on pytest-asyncio, as ``asyncio_mode=auto`` would.
-
-    langchain-tests' async tests carry no asyncio marker (partner packages run in auto
-    mode); the repository's shared pytest config is in strict mode, so they are marked here.
-    """
-    import inspect
-
-    for item in items:
-        func = getattr(item, "obj", None)
-        if (
-            inspect.iscoroutinefunction(func)
-            and _HERE in Path(str(item.fspath)).parents
-            and item.get_closest_marker("asyncio") is None
-        ):
-            item.add_marker(pytest.mark.asyncio)
+        return url.rstrip("/").removesuffix("/v1")
+    # agentspec's pytest plugin starts it once per test session, shared with agentspec's
+    # own server tests when both run together.
+    return request.getfixturevalue("agentspec_server").url

@@ -3,7 +3,7 @@
 The server runs a tiny random-weight model (agentspec.testing.tiny_model): every wire
 feature works, but the model cannot *decide* anything. Features that need a model to choose
 a tool or close a JSON object are switched off here with the suite's own flags and tested
-in test_tools_and_structured.py instead, with the server's bounded structured outputs
+in test_agentspec_server.py instead, with the server's bounded structured outputs
 forcing the shape a real model would choose.
 """
 
@@ -45,13 +45,13 @@ class TestChatAgentSpecStandardIntegration(ChatModelIntegrationTests):
     @property
     def has_tool_calling(self) -> bool:
         # A random-weight model never chooses to call a tool; tool calls are tested with a
-        # grammar-forced hermes call in test_tools_and_structured.py.
+        # grammar-forced hermes call in test_agentspec_server.py.
         return False
 
     @property
     def has_structured_output(self) -> bool:
         # Schema-constrained JSON from a random model never closes (runaway whitespace or
-        # strings); with_structured_output is tested there with a bounded regex.
+        # strings); structured output is tested there through a grammar-forced tool call.
         return False
 
     @property

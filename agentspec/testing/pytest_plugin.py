@@ -1,0 +1,120 @@
+"""pytest plugin: the tiny test model and real vLLM servers on it, shared by every suite.
+
+Registered under the ``pytest11`` entry point, so agentspec's tests and the integrations'
+tests (which are packages of their own) use the same servers: in one pytest run each kind
+of server starts at most once. Fixtures:
+
+- ``tiny_model_dir``: the tiny model, built into ``$AGENTSPEC_TINY_MODEL_DIR`` when set
+  (reused across runs), else into the session's temporary folder;
+- ``agentspec_server``: ``agentspec serve`` on the tiny model (plugin, middleware, proposer;
+  served name ``tiny``, hermes tool calling on);
+- ``plain_server``: plain vLLM on the same model without speculation, the reference for
+  losslessness.
+
+Servers start only when a collected test asks for them; those named by the collected tests
+start concurrently. Without vLLM installed, the tests that ask for a server are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentspec.policy import IndexConfig
+
+#: Index budgets of the shared test server: small enough that a test can drive the index
+#: past them (eviction), large enough that no other test notices.
+TEST_INDEX_CONFIG = IndexConfig(
+    global_max_tokens=100_000,
+    sessions_max_tokens=400_000,
+    session_max_tokens=50_000,
+    max_sessions=32,
+    seed_max_tokens=40_000,
+    seed_max_total_tokens=50_000,
+)
+
+
+def _vllm_available() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except Exception:  # noqa: BLE001 - any failure means no server tests
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from agentspec.testing.tiny_model import ENV_DIR, build_tiny_model
+
+    cache = os.environ.get(ENV_DIR) or tmp_path_factory.mktemp("tiny-model")
+    return build_tiny_model(cache)
+
+
+class _Servers:
+    """Starts each kind of server at most once; stops them at the end of the session."""
+
+    def __init__(self, model_dir: Path, log_dir: Path, wanted: set[str]) -> None:
+        self.model_dir = model_dir
+        self.log_dir = log_dir
+        self.wanted = wanted
+        self.servers: dict[str, object] = {}
+
+    def _launch(self, kind: str) -> None:
+        from agentspec.engine.config import EngineSettings
+        from agentspec.testing.server import VLLMServer
+
+        if kind in self.servers:
+            return
+        if kind == "agentspec":
+            settings = EngineSettings(index=TEST_INDEX_CONFIG)
+            server = VLLMServer.launch(self.model_dir, agentspec=True, settings=settings, log_dir=self.log_dir)
+        else:
+            server = VLLMServer.launch(self.model_dir, agentspec=False, log_dir=self.log_dir)
+        self.servers[kind] = server
+
+    def get(self, kind: str):  # -> VLLMServer
+        # Start every server the session will need now, so they boot concurrently.
+        for other in sorted(self.wanted | {kind}):
+            self._launch(other)
+        server = self.servers[kind]
+        server.wait_ready(timeout=300)  # type: ignore[attr-defined]
+        return server
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            server.stop()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def _vllm_servers(
+    request: pytest.FixtureRequest, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[_Servers]:
+    if not _vllm_available():
+        pytest.skip("vLLM is not installed (pip install agentspec[cpu] or agentspec[vllm])")
+    wanted = set()
+    for item in request.session.items:
+        names = getattr(item, "fixturenames", ())
+        if "agentspec_server" in names:
+            wanted.add("agentspec")
+        if "plain_server" in names:
+            wanted.add("plain")
+    servers = _Servers(tiny_model_dir, tmp_path_factory.mktemp("vllm-logs"), wanted)
+    try:
+        yield servers
+    finally:
+        servers.stop()
+
+
+@pytest.fixture(scope="session")
+def agentspec_server(_vllm_servers: _Servers):
+    """``agentspec serve`` on the tiny model (served name ``tiny``); see agentspec.testing.server."""
+    return _vllm_servers.get("agentspec")
+
+
+@pytest.fixture(scope="session")
+def plain_server(_vllm_servers: _Servers):
+    """Plain vLLM on the tiny model, no speculation: the losslessness reference."""
+    return _vllm_servers.get("plain")
