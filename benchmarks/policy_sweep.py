@@ -10,6 +10,7 @@ acceptance-rate ratio of each source (the target keeps every one of them above 2
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -40,7 +41,8 @@ def main(
     limit: Annotated[int, typer.Option(help="At most N trajectories per source.")] = 20,
     jobs: Annotated[int, typer.Option(help="Sources replayed in parallel processes.")] = 1,
 ) -> None:
-    console = Console()
+    # Wide tables when written to a file or pipe (rich assumes 80 columns there).
+    console = Console(width=None if sys.stdout.isatty() else 200)
     common = dict(data=data, sources=tuple(sources.split(",")), limit=limit, jobs=jobs)
     base = run_replay(ReplayConfig(**common, proposers=("vllm-suffix",)))
     names = base.sources()

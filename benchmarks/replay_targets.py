@@ -16,6 +16,7 @@ those the draft index was built to meet; a miss is printed, not hidden.
 
 from __future__ import annotations
 
+import sys
 import json
 from pathlib import Path
 from typing import Annotated
@@ -28,7 +29,8 @@ from agentspec.replay import ReplayConfig, ReplayResult, Routing, run_replay
 
 BASE, OURS = "vllm-suffix", "agentspec"
 ALL = "all"
-console = Console()
+# Wide tables when written to a file or pipe (rich assumes 80 columns there).
+console = Console(width=None if sys.stdout.isatty() else 200)
 
 
 def _ratio(result: ReplayResult, source: str, field: str = "al") -> float:
@@ -41,7 +43,7 @@ def _table(title: str, result: ReplayResult) -> Table:
     table = Table(title=title)
     for col in ("source", "calls", "AL suffix", "AL agentspec", "ratio", "acc suffix", "acc agentspec", "acc ratio"):
         table.add_column(col, justify="left" if col == "source" else "right")
-    for source in [*result.sources(), ALL]:
+    for source in result.sources():  # the sources, then "all"
         b, o = result.record(BASE, source), result.record(OURS, source)
         table.add_row(
             source,
@@ -72,7 +74,7 @@ def main(
     windowed = run_replay(ReplayConfig(**{**common, "jobs": 1}, sources=("mini_swe_agent",), window=4000))
     console.print(_table("3. mini_swe_agent, 4000-token window", windowed))
 
-    sources = one.sources()
+    sources = one.sources()  # every source, then "all"
     acc_ratio = _ratio(one, ALL, "acceptance_rate")
     index_ratio = (
         one.record(OURS, "mini_swe_agent").index_us_per_call / one.record(BASE, "mini_swe_agent").index_us_per_call
@@ -83,6 +85,11 @@ def main(
         ("AL, one server, every source >= 1.00x", min(_ratio(one, s) for s in sources), 1.0),
         ("AL, one server, overall >= 1.10x", _ratio(one, ALL), 1.10),
         ("acceptance rate, one server, overall >= 2/3 of suffix's", acc_ratio, 2 / 3),
+        (
+            "acceptance rate, one server, every source >= 2/3 of suffix's",
+            min(_ratio(one, s, "acceptance_rate") for s in sources),
+            2 / 3,
+        ),
         ("AL, 8 replicas, overall >= 1.20x", _ratio(eight, ALL), 1.20),
         ("AL, mini_swe_agent with window >= 1.00x", _ratio(windowed, ALL), 1.0),
     ]
