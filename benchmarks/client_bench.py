@@ -27,7 +27,7 @@ from typing import Any
 
 from agentspec.client import AgentSpecClient, ClientConfig
 from agentspec.client.routing import PinTable, rendezvous_order
-from agentspec.client.stub import StubServer
+from agentspec.testing.stub import StubServer
 
 MESSAGES = [
     {"role": "system", "content": "You are a coding agent."},

@@ -4,6 +4,8 @@
   locally trained byte-level BPE tokenizer, so server tests need no model hub.
 - :mod:`agentspec.testing.server`: starts a real vLLM OpenAI server (with or without the
   agentspec plugin) on a free port and stops it again.
+- :mod:`agentspec.testing.stub`: a stub OpenAI-compatible server (real HTTP, instant
+  answers, agentspec's id and seed checks, injectable failures) for client tests.
 - :mod:`agentspec.testing.pytest_plugin`: pytest fixtures with those servers, loaded by
   pytest wherever agentspec is installed.
 """

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from agentspec.client import ClientConfig, RetryPolicy
-from agentspec.client.stub import StubServer
+from agentspec.testing.stub import StubServer
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentspec.client.stub import StubServer
+from agentspec.testing.stub import StubServer
 
 TEST_URL_ENV = "AGENTSPEC_TEST_BASE_URL"
 

@@ -22,7 +22,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from pydantic import BaseModel, Field
 
 from agentspec.client import SessionNotFoundError
-from agentspec.client.stub import StubServer
+from agentspec.testing.stub import StubServer
 
 pytestmark = pytest.mark.server
 

@@ -7,7 +7,7 @@ from langchain_agentspec import ChatAgentSpec
 from langchain_agentspec._backends import is_backend_failure
 
 from agentspec.client.routing import rendezvous_order
-from agentspec.client.stub import StubServer
+from agentspec.testing.stub import StubServer
 
 
 def _pair_model(stubs: tuple[StubServer, StubServer], **kwargs: object) -> ChatAgentSpec:

@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
 from agentspec.client import SessionNotFoundError
-from agentspec.client.stub import RecordedRequest, StubServer
+from agentspec.testing.stub import RecordedRequest, StubServer
 
 
 def _model(stub: StubServer, **kwargs: Any) -> ChatAgentSpec:
