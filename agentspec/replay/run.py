@@ -71,14 +71,15 @@ class ReplayResult(BaseModel):
         }
 
 
-Extra = Mapping[str, ProposerFactory] | None
+#: Factories a caller adds to the proposers a replay can name (see agentspec.replay.registry).
+ExtraProposers = Mapping[str, ProposerFactory] | None
 
 
-def _factories(config: ReplayConfig, extra: Extra) -> dict[str, Callable[[], Proposer]]:
+def _factories(config: ReplayConfig, extra: ExtraProposers) -> dict[str, Callable[[], Proposer]]:
     return {name: partial(make_proposer, name, config.proposer_settings, extra) for name in config.proposers}
 
 
-def _check_proposers(config: ReplayConfig, extra: Extra) -> None:
+def _check_proposers(config: ReplayConfig, extra: ExtraProposers) -> None:
     # Build one of each up front: a missing dependency fails before any work.
     for name in config.proposers:
         make_proposer(name, config.proposer_settings, extra)
@@ -88,7 +89,7 @@ def replay_workloads(
     config: ReplayConfig,
     workloads: Mapping[str, SourceWorkload],
     on_call: Callable[[str], None] | None = None,
-    proposers: Extra = None,
+    proposers: ExtraProposers = None,
 ) -> list[SourceResult]:
     """Replay pre-built workloads (e.g. pre-tokenized calls) in this process.
 
@@ -112,7 +113,7 @@ def replay_workloads(
     ]
 
 
-def _replay_cached_source(config: ReplayConfig, source: str, proposers: Extra = None) -> SourceResult:
+def _replay_cached_source(config: ReplayConfig, source: str, proposers: ExtraProposers) -> SourceResult:
     """One source, start to end, from the token cache (runs in a worker process)."""
     cache = TokenCache(config.data_path(), config.cache_dir)
     wl = cache.load(source).workload(config.limit, config.window)
@@ -125,7 +126,7 @@ def run_replay(
     on_start: Callable[[str, int], None] | None = None,
     on_call: Callable[[str], None] | None = None,
     on_source_done: Callable[[SourceResult], None] | None = None,
-    proposers: Extra = None,
+    proposers: ExtraProposers = None,
 ) -> ReplayResult:
     """Replay the configured trajectories through every configured proposer.
 

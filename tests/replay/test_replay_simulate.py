@@ -197,3 +197,17 @@ def test_caller_supplied_proposers_run_beside_the_builtin_ones(two_turn_agent) -
     # 11 12 13 14 is accepted whole in one step.
     assert res.tallies["copy-last"].steps == 5 + 2
     assert res.tallies["none"].steps == 10
+
+
+def test_caller_supplied_proposers_reach_worker_processes(tmp_path) -> None:
+    from agentspec.replay import run_replay
+
+    config = ReplayConfig(
+        sources=("tau_bench", "tot"), limit=1, proposers=("none", "copy-last"), jobs=2, cache_dir=tmp_path
+    )
+    result = run_replay(config, proposers={"copy-last": _make_copy_last_output})
+    for source in ("tau_bench", "tot"):
+        ours, none = result.record("copy-last", source), result.record("none", source)
+        assert ours.calls == none.calls > 0 and ours.output_tokens == none.output_tokens
+        assert ours.steps <= none.steps  # it ran (a draft can only save steps)
+    assert result.record("copy-last").drafted_tokens > 0
