@@ -32,7 +32,10 @@ EMPTY_TREE_DRAFT = TreeDraft([], [], 0.0, 0)
 class Corpus:
     """A suffix tree over a set of token sequences, with per-sequence token counts."""
 
-    __slots__ = ("_tree", "_lengths", "_next_seq", "tokens")
+    __slots__ = ("_tree", "_lengths", "_next_seq", "tokens", "_measured")
+
+    #: Relative change in tokens after which :meth:`memory_bytes` measures the tree again.
+    REMEASURE_AFTER = 0.1
 
     def __init__(self, max_depth: int) -> None:
         self._tree = SuffixTree(max_depth)
@@ -40,6 +43,7 @@ class Corpus:
         self._lengths: dict[int, int] = {}
         self._next_seq = 0
         self.tokens = 0
+        self._measured: tuple[int, int] | None = None  # (tokens, bytes) at the last measurement
 
     def __len__(self) -> int:
         return len(self._lengths)
@@ -106,6 +110,16 @@ class Corpus:
             context, max_nodes, policy.max_spec_factor, policy.max_spec_offset, policy.min_token_prob, True
         )
 
-    def memory_bytes(self) -> int:
-        """The native tree's own estimate of its memory use."""
-        return int(self._tree.estimate_memory())
+    def memory_bytes(self, exact: bool = False) -> int:
+        """The native tree's estimate of its memory use.
+
+        Measuring walks the whole tree (about 40 ns per token held), too slow to repeat while
+        a server is busy. Unless ``exact``, the tree is measured again only once its token
+        count has changed by more than :attr:`REMEASURE_AFTER` since the last measurement, and
+        scaled by the token count in between.
+        """
+        last = self._measured
+        if exact or last is None or abs(self.tokens - last[0]) > self.REMEASURE_AFTER * max(last[0], 1):
+            last = self._measured = (self.tokens, int(self._tree.estimate_memory()))
+        tokens, measured = last
+        return measured if tokens == self.tokens or not tokens else measured * self.tokens // tokens

@@ -110,7 +110,7 @@ class AgentspecProposer(SuffixDecodingProposer):
         self._counters: dict[str, float] = {}
         self._writer: SnapshotWriter | None = None
         self._dirty = False
-        self._last_publish = 0.0
+        self._next_publish = 0.0
 
     # ------------------------------------------------------------------ lifecycle (runner)
 
@@ -297,18 +297,28 @@ class AgentspecProposer(SuffixDecodingProposer):
 
     def publish(self, force: bool = False) -> None:
         """Write a snapshot if something changed, at most every ``publish_interval_s``
-        while busy (``force``: now, e.g. when the engine goes idle)."""
+        while busy (``force``: now, e.g. when the engine goes idle).
+
+        A snapshot grows with the sessions held, and it is written on the engine's own
+        thread: the next one waits at least 20 times as long as this one took, so that
+        statistics never take more than about 5% of a busy engine's time.
+        """
         if self._writer is None or not self._dirty:
             return
         now = time.monotonic()
-        if not force and now - self._last_publish < self.settings.publish_interval_s:
+        if not force and now < self._next_publish:
             return
         try:
             self._writer.write(self.snapshot())
         except OSError as exc:  # statistics must never take the engine down
             logger.warning("agentspec: cannot publish statistics: %s", exc)
-        self._last_publish = now
+        took = time.monotonic() - now
+        self._next_publish = now + max(self.settings.publish_interval_s, _PUBLISH_COST_FACTOR * took)
         self._dirty = False
+
+
+#: A busy engine waits this many times a snapshot's cost before writing the next one.
+_PUBLISH_COST_FACTOR = 20
 
 
 def _as_id(value: Any) -> str | None:

@@ -1,0 +1,91 @@
+"""The proposer's statistics snapshots stay off a busy engine's back.
+
+In-process, without a server: the proposer gets a stand-in for vLLM's config (only the
+speculative and model settings it reads) and a clock the test advances, so the throttle
+rule is checked exactly rather than by timing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from agentspec.engine.config import EngineSettings
+
+proposer_mod = pytest.importorskip("agentspec.engine.proposer", reason="needs vLLM")
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def _proposer(state_dir: Path):
+    spec = SimpleNamespace(
+        num_speculative_tokens=8,
+        suffix_decoding_max_tree_depth=24,
+        suffix_decoding_max_spec_factor=1.0,
+        suffix_decoding_min_token_prob=0.1,
+    )
+    config = SimpleNamespace(speculative_config=spec, model_config=SimpleNamespace(max_model_len=4096))
+    settings = EngineSettings(state_dir=str(state_dir), publish_interval_s=0.2)
+    return proposer_mod.AgentspecProposer(config, settings)  # type: ignore[arg-type]
+
+
+def test_a_costly_snapshot_pushes_the_next_one_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(proposer_mod, "time", clock)
+    proposer = _proposer(tmp_path)
+    writes: list[float] = []
+    real_write = proposer_mod.SnapshotWriter.write
+
+    def slow_write(self, snapshot):  # a snapshot that takes 50 ms to write
+        writes.append(clock.now)
+        real_write(self, snapshot)
+        clock.now += 0.05
+
+    monkeypatch.setattr(proposer_mod.SnapshotWriter, "write", slow_write)
+    proposer.bind(publish=True)  # first snapshot at t=0, took 0.05 s
+    assert writes == [0.0]
+    snapshot = json.loads((tmp_path / "proposer-dp0.json").read_text())
+    assert snapshot["index"]["sessions"] == 0
+
+    # 20 x 0.05 s = 1 s until the next one, more than the 0.2 s interval.
+    for t in (0.3, 0.6, 0.99):
+        clock.now = t
+        proposer._dirty = True
+        proposer.publish()
+    assert writes == [0.0]
+    clock.now = 1.0
+    proposer.publish()
+    assert writes == [0.0, 1.0]
+    # Going idle publishes at once, whatever the throttle says.
+    proposer._dirty = True
+    proposer.publish(force=True)
+    assert writes == [0.0, 1.0, 1.05]
+
+
+def test_cheap_snapshots_keep_the_configured_interval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(proposer_mod, "time", clock)
+    proposer = _proposer(tmp_path)
+    writes: list[float] = []
+    real_write = proposer_mod.SnapshotWriter.write
+
+    def instant_write(self, snapshot):
+        writes.append(clock.now)
+        real_write(self, snapshot)
+
+    monkeypatch.setattr(proposer_mod.SnapshotWriter, "write", instant_write)
+    proposer.bind(publish=True)
+    for t in (0.1, 0.19, 0.2, 0.3, 0.45):
+        clock.now = t
+        proposer._dirty = True
+        proposer.publish()
+    assert writes == [0.0, 0.2, 0.45]
