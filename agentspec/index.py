@@ -33,7 +33,7 @@ import numpy as np
 from agentspec.corpus import Corpus, TreeDraft
 from agentspec.errors import DraftIndexError, SeedLimitError, UnknownCallError
 from agentspec.policy import IndexConfig
-from agentspec.tokens import TokenBuffer, as_token_array
+from agentspec.tokens import TokenBuffer, as_token_array, find_last
 
 __all__ = [
     "CallStart",
@@ -461,10 +461,39 @@ class DraftIndex:
         # or a concurrent call of the same session). Start a new sequence that repeats
         # ``max_depth`` tokens before the divergence, so every substring the tree can
         # match across the divergence point is indexed; the old text stays draftable.
+        depth = self._depth
         stream = _Stream(session.stream.new_sequence(), TokenBuffer(prompt))
         session.streams.append(stream)
-        new = self._add(session, session.stream, stream.seq_id, prompt[max(0, best_len - self._depth) :])
+        resume = self._condensed_resume(best, prompt, best_len) if best is not None else None
+        if resume is None:
+            new = self._add(session, session.stream, stream.seq_id, prompt[max(0, best_len - depth) :])
+            return stream, new, best_len, True
+        # A condenser dropped turns from the middle: prompt[best_len:resume] is the end of
+        # the old stream, which the tree holds. Index only the seam where it now starts and
+        # what follows it (each with ``max_depth`` tokens of overlap).
+        seam = session.stream.new_sequence()
+        new = self._add(session, session.stream, seam, prompt[max(0, best_len - depth) : best_len + depth])
+        new += self._add(session, session.stream, stream.seq_id, prompt[resume - depth :])
         return stream, new, best_len, True
+
+    def _condensed_resume(self, old: _Stream, prompt: np.ndarray, diverged: int) -> int | None:
+        """Where in ``prompt`` the old stream's text ends, if what comes between the
+        divergence and there is the old stream's own end (turns dropped from the middle,
+        the recent ones kept); None otherwise or when that saves too little to matter."""
+        held = old.tokens.view()
+        probe_len = min(self._depth, len(held))
+        if probe_len == 0:
+            return None
+        at = find_last(prompt, held[len(held) - probe_len :], start=diverged)
+        if at < 0:
+            return None
+        resume = at + probe_len
+        span = resume - diverged
+        if span <= 3 * self._depth or span > len(held):
+            return None
+        if not np.array_equal(prompt[diverged:resume], held[len(held) - span :]):
+            return None
+        return resume
 
     # ------------------------------------------------------------------ scopes and budgets
 

@@ -49,6 +49,18 @@ def as_token_array(tokens: Sequence[int] | np.ndarray, what: str = "token ids") 
     return np.ascontiguousarray(arr, dtype=np.int32)
 
 
+def find_last(haystack: np.ndarray, needle: np.ndarray, start: int = 0) -> int:
+    """Index of the last occurrence of ``needle`` in ``haystack[start:]`` (int32 arrays), or -1."""
+    n = len(needle)
+    if n == 0 or len(haystack) - start < n:
+        return -1
+    hay, pin = haystack[start:].tobytes(), needle.tobytes()
+    at = hay.rfind(pin)
+    while at >= 0 and at % 4:  # a match must start on a token boundary
+        at = hay.rfind(pin, 0, at + len(pin) - 1)
+    return -1 if at < 0 else start + at // 4
+
+
 class TokenBuffer:
     """An append-only int32 sequence with amortised O(1) appends and zero-copy views."""
 

@@ -131,6 +131,53 @@ def test_rewritten_history_is_indexed_from_the_divergence_and_old_turns_stay_dra
     index.finish_call(1)
 
 
+def test_condensed_history_costs_only_the_seams_and_the_new_text():
+    """A condenser keeps the system text and the recent turns and drops the middle: the
+    recent turns are the end of what the session holds, so only the seam where they now
+    start and the new text are indexed, and every part stays draftable."""
+    depth = 16
+    policy = DraftPolicy(max_depth=depth, max_match_tokens=8, max_spec_tokens=8, min_token_prob=0.0)
+    index = DraftIndex(IndexConfig(policy=policy, global_max_tokens=0))
+    rng = np.random.default_rng(3)
+    system, old_turns, recent, output = (list(rng.integers(1000 * k, 1000 * k + 900, n)) for k, n in
+                                         ((1, 40), (2, 300), (3, 200), (4, 30)))  # fmt: skip
+    index.start_call(0, system + old_turns + recent, session_id="s")
+    index.extend_call(0, output)
+    index.finish_call(0)
+
+    observation = list(rng.integers(5000, 5900, 50))
+    condensed = system + recent + output + observation
+    start = index.start_call(1, condensed, session_id="s")
+    assert start.rewritten and start.reused_tokens == len(system)
+    # The seam (depth before and after the divergence), then depth of overlap + the observation.
+    assert start.new_tokens == 2 * depth + depth + len(observation)
+
+    def drafts_after(context: list[int], call: str = "probe") -> list[int]:
+        index.start_call(call, context, session_id="s")
+        draft = index.propose(call).token_ids
+        index.finish_call(call)
+        return draft
+
+    # Across the seam, inside the kept turns, into the new text, and in the dropped turns.
+    assert drafts_after(system[-4:] + recent[:4])[:4] == recent[4:8]
+    assert drafts_after(recent[100:108])[:4] == recent[108:112]
+    assert drafts_after(output[-4:] + observation[:4])[:4] == observation[4:8]
+    assert drafts_after(old_turns[50:58])[:4] == old_turns[58:62]
+    index.finish_call(1)
+
+
+def test_history_that_is_not_a_condensed_one_is_indexed_whole_from_the_divergence():
+    depth = 16
+    index = DraftIndex(IndexConfig(policy=DraftPolicy(max_depth=depth, max_match_tokens=8), global_max_tokens=0))
+    first = list(range(1, 401))
+    index.start_call(0, first, session_id="s")
+    index.finish_call(0)
+    # The kept part is not the old stream's end (its last 16 tokens are gone): no shortcut.
+    rewritten = first[:50] + first[100:380] + [7] * 10
+    start = index.start_call(1, rewritten, session_id="s")
+    assert start.rewritten and start.new_tokens == depth + 280 + 10
+
+
 def test_reused_stream_costs_only_the_new_tail_for_a_long_prompt():
     index = DraftIndex()
     prompt = list(np.random.default_rng(0).integers(0, 50_000, size=15_000))
