@@ -38,20 +38,27 @@ def _proposer(state_dir: Path):
     return proposer_mod.AgentspecProposer(config, settings)  # type: ignore[arg-type]
 
 
-def test_a_costly_snapshot_pushes_the_next_one_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _timed_proposer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_cost_s: float):
+    """A bound proposer on a test clock whose snapshots take ``write_cost_s`` to write;
+    returns it, the clock and the list of times a snapshot was written."""
     clock = _Clock()
     monkeypatch.setattr(proposer_mod, "time", clock)
-    proposer = _proposer(tmp_path)
     writes: list[float] = []
     real_write = proposer_mod.SnapshotWriter.write
 
-    def slow_write(self, snapshot):  # a snapshot that takes 50 ms to write
+    def timed_write(self, snapshot):
         writes.append(clock.now)
         real_write(self, snapshot)
-        clock.now += 0.05
+        clock.now += write_cost_s
 
-    monkeypatch.setattr(proposer_mod.SnapshotWriter, "write", slow_write)
-    proposer.bind(publish=True)  # first snapshot at t=0, took 0.05 s
+    monkeypatch.setattr(proposer_mod.SnapshotWriter, "write", timed_write)
+    proposer = _proposer(tmp_path)
+    proposer.bind(publish=True)  # the first snapshot, at t=0
+    return proposer, clock, writes
+
+
+def test_a_costly_snapshot_pushes_the_next_one_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    proposer, clock, writes = _timed_proposer(tmp_path, monkeypatch, write_cost_s=0.05)
     assert writes == [0.0]
     snapshot = json.loads((tmp_path / "proposer-dp0.json").read_text())
     assert snapshot["index"]["sessions"] == 0
@@ -72,18 +79,7 @@ def test_a_costly_snapshot_pushes_the_next_one_back(tmp_path: Path, monkeypatch:
 
 
 def test_cheap_snapshots_keep_the_configured_interval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = _Clock()
-    monkeypatch.setattr(proposer_mod, "time", clock)
-    proposer = _proposer(tmp_path)
-    writes: list[float] = []
-    real_write = proposer_mod.SnapshotWriter.write
-
-    def instant_write(self, snapshot):
-        writes.append(clock.now)
-        real_write(self, snapshot)
-
-    monkeypatch.setattr(proposer_mod.SnapshotWriter, "write", instant_write)
-    proposer.bind(publish=True)
+    proposer, clock, writes = _timed_proposer(tmp_path, monkeypatch, write_cost_s=0.0)
     for t in (0.1, 0.19, 0.2, 0.3, 0.45):
         clock.now = t
         proposer._dirty = True
