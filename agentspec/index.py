@@ -30,7 +30,8 @@ from enum import StrEnum
 
 import numpy as np
 
-from agentspec.corpus import Corpus, TreeDraft
+from agentspec.calibration import LevelCalibration
+from agentspec.corpus import EMPTY_TREE_DRAFT, Corpus, TreeDraft
 from agentspec.errors import DraftIndexError, SeedLimitError, UnknownCallError
 from agentspec.policy import IndexConfig
 from agentspec.tokens import TokenBuffer, as_token_array, find_last
@@ -182,6 +183,8 @@ class _Call:
     group_seq: int | None
     global_seq: int | None
     last_level: Level = Level.NONE
+    last_probs: list[float] = field(default_factory=list)
+    output_start: int = 0  # where the call's output begins in its stream
 
 
 class DraftIndex:
@@ -210,6 +213,7 @@ class DraftIndex:
         self._ephemeral_ids = itertools.count()
         self._evicted = {"session": 0, "group": 0, "tokens": 0}
         self._by_level = {lvl.value: [0, 0, 0] for lvl in Level if lvl is not Level.NONE}
+        self._calibration = LevelCalibration() if self.config.policy.calibrate_levels else None
 
     # ------------------------------------------------------------------ calls
 
@@ -243,7 +247,7 @@ class DraftIndex:
         stream.owner = call_id
         session.stats.indexed_tokens += new
 
-        call = _Call(call_id, session, stream, group, None, None)
+        call = _Call(call_id, session, stream, group, None, None, output_start=len(stream.tokens))
         if group is not None:
             call.group_seq = group.stream.new_sequence()
             group.active_calls.add(call_id)
@@ -284,6 +288,7 @@ class DraftIndex:
         context = call.stream.tokens.tail(min(self._depth, policy.max_match_tokens))
         best, level = self._best_draft(call, context, budget)
         call.last_level = level
+        call.last_probs = best.probs
         if level is Level.NONE:
             return Draft.empty()
         counts = self._by_level[level.value]
@@ -305,6 +310,8 @@ class DraftIndex:
                 scope.stats.accepted_tokens += accepted
         if call.last_level is not Level.NONE:
             self._by_level[call.last_level.value][2] += accepted
+            if self._calibration is not None:
+                self._calibration.observe(call.last_level.value, sum(call.last_probs[:drafted]), accepted)
 
     def finish_call(self, call_id: Hashable) -> None:
         """Release a call, finished or aborted. Its text stays in its session and corpora."""
@@ -323,6 +330,28 @@ class DraftIndex:
 
     def has_call(self, call_id: Hashable) -> bool:
         return call_id in self._calls
+
+    # ------------------------------------------------------------------ replicas
+
+    def shared_output(self, call_id: Hashable) -> np.ndarray | None:
+        """A copy of what the call has produced so far, if it feeds the global corpus (the
+        text replicas of one model may exchange); ``None`` when ``isolate_groups`` keeps it
+        in its group or the global corpus is off. Ask before :meth:`finish_call`."""
+        call = self._call(call_id)
+        if call.global_seq is None:
+            return None
+        return call.stream.tokens.view(call.output_start).copy()
+
+    def add_peer_output(self, tokens: Sequence[int] | np.ndarray) -> int:
+        """Put a finished output of another replica into the global corpus (oldest text is
+        dropped first beyond ``global_max_tokens``, as for local outputs). Returns the
+        number of tokens added; 0 when the global corpus is off."""
+        arr = as_token_array(tokens, "peer output tokens")
+        if not len(arr) or self.config.global_max_tokens == 0:
+            return 0
+        n = self._global.extend(self._global.new_sequence(), arr)
+        self._enforce_budgets()
+        return n
 
     # ------------------------------------------------------------------ seeds
 
@@ -401,6 +430,12 @@ class DraftIndex:
             accepted_tokens_by_level={k: v[2] for k, v in self._by_level.items()},
         )
 
+    def level_weights(self) -> dict[str, float]:
+        """The weight each level's draft scores get when levels compete (see
+        :mod:`agentspec.calibration`); empty when ``calibrate_levels`` is off or nothing
+        was verified yet."""
+        return self._calibration.weights() if self._calibration is not None else {}
+
     @property
     def held_tokens(self) -> int:
         """Tokens held by every tree of the index."""
@@ -418,14 +453,19 @@ class DraftIndex:
             candidates += [(call.group.stream, Level.GROUP), (call.group.seeds, Level.GROUP)]
         if self._drafts_from_global(call):
             candidates.append((self._global, Level.GLOBAL))
+        calibration = self._calibration
         best: TreeDraft | None = None
         best_level = Level.NONE
+        best_score = 0.0
         # Ties go to the more specific level (listed first).
         for corpus, level in candidates:
             d = corpus.speculate(context, budget, policy)
-            if d.token_ids and (best is None or d.score > best.score):
-                best, best_level = d, level
-        return (best, best_level) if best is not None else (TreeDraft([], [], 0.0, 0), Level.NONE)
+            if not d.token_ids:
+                continue
+            score = d.score if calibration is None else d.score * calibration.weight(level.value)
+            if best is None or score > best_score:
+                best, best_level, best_score = d, level, score
+        return (best, best_level) if best is not None else (EMPTY_TREE_DRAFT, Level.NONE)
 
     def _feeds_global(self, call: _Call) -> bool:
         if self.config.global_max_tokens == 0:

@@ -34,12 +34,21 @@ class DraftPolicy(BaseModel):
     )
     max_spec_factor: float = Field(2.0, ge=0.0, description="Draft length per matched token.")
     max_spec_offset: float = Field(0.0, description="Added to the factor-based length cap.")
-    min_token_prob: float = Field(0.3, ge=0.0, le=1.0, description="Stop the draft below this.")
+    min_token_prob: float = Field(0.2, ge=0.0, le=1.0, description="Stop the draft below this.")
+    calibrate_levels: bool = Field(
+        True,
+        description=(
+            "Weigh each level's draft scores by how well that level's earlier drafts were borne"
+            " out (accepted / expected tokens) when choosing between levels."
+        ),
+    )
 
     @classmethod
     def vllm_defaults(cls) -> DraftPolicy:
         """vLLM 0.32's suffix-decoding defaults (depth 24, 24 tokens, factor 1.0)."""
-        return cls(max_depth=24, max_spec_tokens=24, max_spec_factor=1.0, min_token_prob=0.1)
+        return cls(
+            max_depth=24, max_spec_tokens=24, max_spec_factor=1.0, min_token_prob=0.1, calibrate_levels=False
+        )
 
 
 class IndexConfig(BaseModel):

@@ -23,8 +23,10 @@ def as_token_array(tokens: Sequence[int] | np.ndarray, what: str = "token ids") 
     strings, nested sequences, negative ids and ids that do not fit in int32.
     """
     if isinstance(tokens, np.ndarray) and tokens.dtype == np.int32 and tokens.ndim == 1:
-        # The hot path (every decoding step): int32 needs only the sign check.
-        if len(tokens) and tokens.min() < 0:
+        # The hot path (every decoding step): int32 needs only the sign check. A step
+        # brings a few tokens, for which a Python min is ~5x cheaper than numpy's reduction.
+        n = len(tokens)
+        if n and (min(tokens.tolist()) if n <= 64 else tokens.min()) < 0:
             raise DraftIndexError(f"{what} must be non-negative, got {int(tokens.min())}")
         return np.ascontiguousarray(tokens)
     if isinstance(tokens, (str, bytes)):

@@ -10,6 +10,7 @@ acceptance-rate ratio of each source (the target keeps every one of them above 2
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -21,14 +22,14 @@ from rich.table import Table
 from agentspec.policy import DraftPolicy
 from agentspec.replay import ProposerSettings, ReplayConfig, run_replay
 
-POLICIES: list[dict[str, float]] = [
+POLICIES: list[dict[str, float | bool]] = [
     {"max_spec_factor": 4.0, "min_token_prob": 0.1},
-    {"max_spec_factor": 2.0, "min_token_prob": 0.1},
     {},  # the defaults
-    {"max_spec_factor": 2.0, "min_token_prob": 0.4},
-    {"max_spec_factor": 2.0, "min_token_prob": 0.5},
+    {"min_token_prob": 0.25},
+    {"min_token_prob": 0.3},
+    {"calibrate_levels": False},
+    {"calibrate_levels": False, "min_token_prob": 0.3},
     {"max_spec_factor": 1.0, "min_token_prob": 0.1},
-    {"max_match_tokens": 64},
     {"max_depth": 32, "max_match_tokens": 16},
 ]
 
@@ -40,6 +41,10 @@ def main(
     ),
     limit: Annotated[int, typer.Option(help="At most N trajectories per source.")] = 20,
     jobs: Annotated[int, typer.Option(help="Sources replayed in parallel processes.")] = 1,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(help="A policy to replay, as JSON of DraftPolicy overrides (repeatable); default: POLICIES."),
+    ] = None,
 ) -> None:
     # Wide tables when written to a file or pipe (rich assumes 80 columns there).
     console = Console(width=None if sys.stdout.isatty() else 200)
@@ -49,13 +54,9 @@ def main(
     table = Table(title=f"agentspec / vllm-suffix, {limit} trajectories per source")
     for col in ["policy", "AL ratio (all)", "lowest AL ratio", *[f"acc ratio {s}" for s in names]]:
         table.add_column(col, justify="left" if col == "policy" else "right")
-    for overrides in POLICIES:
-        policy = DraftPolicy(**overrides)
-        result = run_replay(
-            ReplayConfig(
-                **common, proposers=("agentspec",), proposer_settings=ProposerSettings(agentspec_policy=policy)
-            )
-        )
+    for overrides in [json.loads(p) for p in policy] if policy else POLICIES:
+        settings = ProposerSettings(agentspec_policy=DraftPolicy(**overrides))
+        result = run_replay(ReplayConfig(**common, proposers=("agentspec",), proposer_settings=settings))
         label = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "defaults"
         al = result.record("agentspec").al / base.record("vllm-suffix").al
         lowest = min(result.record("agentspec", s).al / base.record("vllm-suffix", s).al for s in names)

@@ -384,3 +384,35 @@ def test_config_validation_names_the_problem():
         IndexConfig(sessions_max_tokens=10, session_max_tokens=20)
     with pytest.raises(ValueError, match="max_depth"):
         DraftPolicy(max_depth=0)
+
+
+# ---------------------------------------------------------------- replicas exchanging outputs
+
+
+def test_shared_output_is_the_calls_output_unless_isolation_keeps_it_in_its_group():
+    index = DraftIndex(IndexConfig(isolate_groups=True))
+    index.start_call("free", [1, 2, 3], session_id="s")
+    index.extend_call("free", [7, 8])
+    index.extend_call("free", [9])
+    assert index.shared_output("free").tolist() == [7, 8, 9]
+    index.finish_call("free")
+    index.start_call("tenant", [1, 2, 3, 7, 8, 9, 4], session_id="s", group_id="g")
+    index.extend_call("tenant", [5, 6])
+    assert index.shared_output("tenant") is None  # group text never leaves the group
+    index.finish_call("tenant")
+    with pytest.raises(UnknownCallError):
+        index.shared_output("tenant")
+
+
+def test_peer_outputs_are_drafted_at_the_global_level_within_its_budget():
+    index = DraftIndex(IndexConfig(global_max_tokens=50))
+    assert index.add_peer_output(list(range(100, 130))) == 30
+    index.start_call("c", [5, 100, 101, 102], session_id="s")
+    draft = index.propose("c")
+    assert (draft.level, draft.token_ids[:3]) == (Level.GLOBAL, [103, 104, 105])
+    index.finish_call("c")
+    index.add_peer_output(list(range(200, 240)))  # 70 tokens > 50: the oldest output goes
+    assert index.stats().global_tokens == 40
+    with pytest.raises(DraftIndexError, match="peer output tokens must be non-negative"):
+        index.add_peer_output([1, -2])
+    assert DraftIndex(NO_GLOBAL).add_peer_output([1, 2, 3]) == 0
