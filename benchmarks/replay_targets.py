@@ -6,9 +6,11 @@ Replays every call through vLLM's suffix method (as vLLM 0.32 drives it, vLLM's 
 and through agentspec, and prints agentspec / vllm-suffix ratios:
 
 1. AL per source on one server (and the draft acceptance rates);
-2. AL per source on 8 replicas: agentspec pinned by group, vllm-suffix spread over calls;
+2. AL per source on 8 replicas: agentspec pinned by group, vllm-suffix spread over calls,
+   once with agentspec's replicas on their own and once exchanging finished outputs
+   (``--exchange``, what ``agentspec serve --agentspec-exchange-dir`` does);
 3. AL on mini_swe_agent with a 4000-token condenser window;
-4. index time per call on mini_swe_agent (from run 1).
+4. index time per call and peak index memory on mini_swe_agent (from run 1).
 
 Each ratio is measured against the baseline in the same run. The targets it checks are
 those the draft index was built to meet; a miss is printed, not hidden.
@@ -16,8 +18,8 @@ those the draft index was built to meet; a miss is printed, not hidden.
 
 from __future__ import annotations
 
-import sys
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -67,20 +69,26 @@ def main(
     common = dict(data=data, limit=limit, jobs=jobs, proposers=(BASE, OURS))
     one = run_replay(ReplayConfig(**common))
     console.print(_table("1. one server", one))
-    eight = run_replay(
-        ReplayConfig(**common, replicas=8, routing={OURS: Routing.GROUP, BASE: Routing.SPREAD})
-    )
-    console.print(_table("2. 8 replicas: agentspec pinned by group, vllm-suffix spread", eight))
+    fleet = dict(replicas=8, routing={OURS: Routing.GROUP, BASE: Routing.SPREAD})
+    eight = run_replay(ReplayConfig(**common, **fleet))
+    console.print(_table("2a. 8 replicas: agentspec pinned by group, vllm-suffix spread", eight))
+    shared = run_replay(ReplayConfig(**common, **fleet, exchange=True))
+    console.print(_table("2b. 8 replicas as 2a, agentspec's replicas exchanging finished outputs", shared))
     windowed = run_replay(ReplayConfig(**{**common, "jobs": 1}, sources=("mini_swe_agent",), window=4000))
     console.print(_table("3. mini_swe_agent, 4000-token window", windowed))
 
     sources = one.sources()  # every source, then "all"
     acc_ratio = _ratio(one, ALL, "acceptance_rate")
-    index_ratio = (
-        one.record(OURS, "mini_swe_agent").index_us_per_call / one.record(BASE, "mini_swe_agent").index_us_per_call
-        if "mini_swe_agent" in sources
-        else float("nan")
-    )
+    if "mini_swe_agent" in sources:
+        ours, base = one.record(OURS, "mini_swe_agent"), one.record(BASE, "mini_swe_agent")
+        index_ratio = ours.index_us_per_call / base.index_us_per_call
+        console.print(
+            f"mini_swe_agent, one server: index time per call {ours.index_us_per_call / 1e3:.2f} ms (agentspec)"
+            f" vs {base.index_us_per_call / 1e3:.2f} ms (vllm-suffix); peak index memory"
+            f" {ours.peak_index_mb:.0f} MB vs {base.peak_index_mb:.0f} MB"
+        )
+    else:
+        index_ratio = float("nan")
     checks = [
         ("AL, one server, every source >= 1.00x", min(_ratio(one, s) for s in sources), 1.0),
         ("AL, one server, overall >= 1.10x", _ratio(one, ALL), 1.10),
@@ -91,6 +99,7 @@ def main(
             2 / 3,
         ),
         ("AL, 8 replicas, overall >= 1.20x", _ratio(eight, ALL), 1.20),
+        ("AL, 8 replicas exchanging outputs, overall >= 1.20x", _ratio(shared, ALL), 1.20),
         ("AL, mini_swe_agent with window >= 1.00x", _ratio(windowed, ALL), 1.0),
     ]
     table = Table(title="targets (agentspec / vllm-suffix, same run)")
@@ -103,7 +112,12 @@ def main(
     if json_out is not None:
         json_out.write_text(
             json.dumps(
-                {"one_server": one.to_json_dict(), "eight_replicas": eight.to_json_dict(), "window_4000": windowed.to_json_dict()},
+                {
+                    "one_server": one.to_json_dict(),
+                    "eight_replicas": eight.to_json_dict(),
+                    "eight_replicas_exchanging": shared.to_json_dict(),
+                    "window_4000": windowed.to_json_dict(),
+                },
                 indent=1,
             )
         )

@@ -58,6 +58,16 @@ class EngineSettings(BaseModel):
 
     publish_interval_s: float = Field(0.2, gt=0, description="Least time between two statistics snapshots while busy.")
 
+    # Corpus exchange between replicas, see agentspec.engine.exchange.
+    exchange_dir: str | None = Field(
+        None,
+        description=(
+            "Folder shared by the replicas of one model: each publishes its finished outputs"
+            " there and indexes the others' into its global corpus. None: off."
+        ),
+    )
+    exchange_interval_s: float = Field(0.5, gt=0, description="Least time between two polls of the exchange folder.")
+
     @model_validator(mode="after")
     def _batches_ordered(self) -> EngineSettings:
         if self.no_draft_batch < self.full_draft_batch:

@@ -42,6 +42,9 @@ ENGINE_SERIES: dict[str, str] = {
     "seed_errors_total": "Seeds refused by the index (over its limits).",
     "budget_limited_steps_total": "Draft steps whose budget the batch size cut below the maximum.",
     "budget_off_steps_total": "Draft steps with drafting switched off by the batch size.",
+    "exchange_published_total": "Finished outputs published to the other replicas (corpus exchange).",
+    "exchange_received_total": "Outputs of other replicas indexed into the global corpus.",
+    "exchange_received_tokens_total": "Tokens of other replicas' outputs indexed into the global corpus.",
     "draft_budget": "Draft budget (tokens per request) of the latest step.",
     "batch_size": "Requests in the latest draft step.",
 }

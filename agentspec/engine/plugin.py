@@ -110,7 +110,9 @@ def _patch_runner(module: ModuleType) -> None:
         if not isinstance(drafter, AgentspecProposer):
             return original(self, scheduler_output)  # type: ignore[misc]
         if not getattr(drafter, "_agentspec_bound", False):
-            drafter.bind(publish=_is_publishing_rank(), worker_name=_worker_name(self))
+            drafter.bind(
+                publish=_is_publishing_rank(), worker_name=_worker_name(self), exchange_ok=_is_alone_in_group(self)
+            )
             drafter._agentspec_bound = True  # type: ignore[attr-defined]
         # Finished first: vLLM may reuse an aborted request's id for a new request in the
         # same step, and treats them as two requests; so do we.
@@ -135,6 +137,20 @@ def _is_publishing_rank() -> bool:
         return get_tensor_model_parallel_rank() == 0
     except Exception:  # noqa: BLE001 - no distributed state (single process): publish
         return True
+
+
+def _is_alone_in_group(runner: Any) -> bool:
+    """Whether this worker is the only rank of its tensor- and pipeline-parallel groups
+    (by the config and, where it is set up, the distributed state)."""
+    parallel = getattr(runner.vllm_config, "parallel_config", None)
+    sizes = [getattr(parallel, "tensor_parallel_size", 1), getattr(parallel, "pipeline_parallel_size", 1)]
+    try:
+        from vllm.distributed import get_pp_group, get_tensor_model_parallel_world_size
+
+        sizes += [get_tensor_model_parallel_world_size(), get_pp_group().world_size]
+    except Exception:  # noqa: BLE001 - no distributed state (single process): the config decides
+        pass
+    return all(size in (None, 1) for size in sizes)
 
 
 def _worker_name(runner: Any) -> str:

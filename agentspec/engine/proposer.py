@@ -12,7 +12,9 @@ drives its own suffix method: same call, same verification, same scheduling. Wha
   which would also fire for requests that are merely preempted or not scheduled this step;
 - the prompt of a session's next call is indexed incrementally (only the new tail);
 - the draft budget shrinks with the batch (:mod:`agentspec.engine.budget`);
-- it publishes statistics for the API server (:mod:`agentspec.engine.metrics`).
+- it publishes statistics for the API server (:mod:`agentspec.engine.metrics`);
+- with ``exchange_dir`` set, it shares finished outputs with the other replicas of the
+  model and indexes theirs into its global corpus (:mod:`agentspec.engine.exchange`).
 
 A seam for the hybrid with a model drafter (EAGLE / draft model): :meth:`_draft` returns
 the index's :class:`~agentspec.index.Draft` with its score, so a future fallback can pick,
@@ -26,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
+import socket
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,6 +41,7 @@ from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
 
 from agentspec.engine.budget import BatchBudget
 from agentspec.engine.config import XARG_GROUP, XARG_SEEDS, XARG_SESSION, EngineSettings, load_settings
+from agentspec.engine.exchange import CorpusExchange
 from agentspec.engine.metrics import SnapshotWriter
 from agentspec.errors import DraftIndexError
 from agentspec.index import Draft, DraftIndex
@@ -111,19 +116,34 @@ class AgentspecProposer(SuffixDecodingProposer):
         self._writer: SnapshotWriter | None = None
         self._dirty = False
         self._next_publish = 0.0
+        self._exchange: CorpusExchange | None = None
+        self._next_poll = 0.0
 
     # ------------------------------------------------------------------ lifecycle (runner)
 
-    def bind(self, *, publish: bool, worker_name: str = "proposer-dp0") -> None:
+    def bind(self, *, publish: bool, worker_name: str = "proposer-dp0", exchange_ok: bool = False) -> None:
         """Called once by the plugin with facts only the runner knows.
 
         ``publish``: whether this worker publishes statistics (one per tensor-parallel
         group: the ranks draft identically, counting them all would double every number).
+        ``worker_name`` is unique within the server. ``exchange_ok``: whether this worker
+        is alone in its tensor- and pipeline-parallel groups; the corpus exchange runs only
+        then, because ranks that poll at their own times would index different text and
+        draft differently.
         """
         if publish and self.settings.state_dir:
             self._writer = SnapshotWriter(self.settings.state_dir, f"{worker_name}.json")
             self._dirty = True
             self.publish(force=True)
+        if self.settings.exchange_dir:
+            if not exchange_ok:
+                logger.warning("agentspec: corpus exchange is off: it needs tensor- and pipeline-parallel size 1")
+            elif self.index.config.global_max_tokens == 0:
+                logger.warning("agentspec: corpus exchange is off: the global corpus is off (global_max_tokens=0)")
+            else:
+                name = f"{socket.gethostname()}-{os.getpid()}-{worker_name.removeprefix('proposer-')}"
+                self._exchange = CorpusExchange(self.settings.exchange_dir, name)
+                logger.info("agentspec: exchanging outputs through %s as %s", self.settings.exchange_dir, name)
 
     def on_request_added(self, req_id: str, sampling_params: Any) -> None:
         """A request reached the worker: note its session, group and stop conditions
@@ -156,6 +176,10 @@ class AgentspecProposer(SuffixDecodingProposer):
         for req_id in req_ids:
             self._requests.pop(req_id, None)
             if self.index.has_call(req_id):
+                if self._exchange is not None:
+                    out = self.index.shared_output(req_id)  # gone after finish_call
+                    if out is not None and len(out) and self._exchange.publish(out):
+                        self._count("exchange_published_total")
                 self.index.finish_call(req_id)
                 self._count("calls_finished_total")
                 released = True
@@ -163,8 +187,30 @@ class AgentspecProposer(SuffixDecodingProposer):
             self._dirty = True
 
     def on_step_end(self, idle: bool) -> None:
-        """After the runner's bookkeeping: publish now if the engine has gone idle."""
+        """After the runner's bookkeeping: take in the other replicas' outputs, and
+        publish statistics (now if the engine has gone idle)."""
+        self.poll_exchange()
         self.publish(force=idle)
+
+    def poll_exchange(self) -> None:
+        """Index the outputs other replicas published, at most every ``exchange_interval_s``."""
+        if self._exchange is None:
+            return
+        now = time.monotonic()
+        if now < self._next_poll:
+            return
+        self._next_poll = now + self.settings.exchange_interval_s
+        records = self._exchange.poll()
+        for tokens in records:
+            try:
+                n = self.index.add_peer_output(tokens)
+            except DraftIndexError as exc:  # a peer's text is never worth failing the engine
+                logger.warning("agentspec: ignoring a peer output: %s", exc)
+                continue
+            self._count("exchange_received_total")
+            self._count("exchange_received_tokens_total", n)
+        if records:
+            self._dirty = True
 
     # ------------------------------------------------------------------ vLLM's proposer interface
 

@@ -116,6 +116,14 @@ def serve(
     state_dir: Annotated[
         str | None, typer.Option("--agentspec-state-dir", help="Statistics folder (default: a fresh temporary one).")
     ] = None,
+    exchange_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--agentspec-exchange-dir",
+            help="Folder shared with the other replicas of this model: outputs are exchanged"
+            " through it into every replica's global corpus (tensor/pipeline-parallel size 1 only).",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--agentspec-dry-run", help="Print the vLLM command and environment, don't run.")
     ] = False,
@@ -136,6 +144,7 @@ def serve(
             no_draft_batch=no_draft_batch,
             max_seeds_per_request=max_seeds,
             max_seed_tokens_per_request=max_seed_tokens,
+            exchange_dir=os.path.abspath(exchange_dir) if exchange_dir else None,
         )
         cmd = build_command(model, vllm_args)
     except ValueError as exc:

@@ -9,6 +9,7 @@ the condenser dropped only if its session level retained it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 class AgentspecProposer:
     def __init__(self, index: DraftIndex) -> None:
         self.index = index
+        self._shared: list[np.ndarray] | None = None  # None: not sharing
 
     def begin_call(self, call: CallSpec, prompt: np.ndarray) -> None:
         self.index.start_call(call.call_id, prompt, session_id=call.session_id, group_id=call.group_id)
@@ -40,7 +42,25 @@ class AgentspecProposer:
             self.index.record_verification(call_id, drafted=drafted, accepted=accepted)
 
     def end_call(self, call_id: str) -> None:
+        if self._shared is not None:
+            out = self.index.shared_output(call_id)
+            if out is not None and len(out):
+                self._shared.append(out)
         self.index.finish_call(call_id)
+
+    def start_sharing(self) -> None:
+        if self._shared is None:
+            self._shared = []
+
+    def take_shared_outputs(self) -> list[np.ndarray]:
+        if self._shared is None:
+            return []
+        taken, self._shared = self._shared, []
+        return taken
+
+    def add_peer_outputs(self, outputs: Sequence[np.ndarray]) -> None:
+        for out in outputs:
+            self.index.add_peer_output(out)
 
     def memory_bytes(self) -> int:
         return self.index.stats().memory_bytes

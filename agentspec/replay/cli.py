@@ -44,6 +44,14 @@ def bench(
             "'auto': group for agentspec and oracle, spread for the vLLM baselines."
         ),
     ] = "auto",
+    exchange: Annotated[
+        bool,
+        typer.Option(
+            "--exchange",
+            help="Replicas exchange finished outputs into each other's global corpus (agentspec's"
+            " --agentspec-exchange-dir); proposers that cannot are unaffected.",
+        ),
+    ] = False,
     window: Annotated[
         int | None,
         typer.Option(
@@ -98,6 +106,7 @@ def bench(
             replicas=replicas,
             routing=per_proposer,
             default_routing=default_routing,
+            exchange=exchange,
             window=window,
             concurrency=concurrency,
             jobs=jobs,

@@ -48,6 +48,11 @@ class ReplayConfig(BaseModel):
     #: for the vLLM baselines (what a session-unaware router does).
     routing: dict[str, Routing] = Field(default_factory=dict)
     default_routing: Routing | None = None
+    #: Replicas exchange finished outputs (agentspec's ``exchange_dir``): after each call,
+    #: what its replica would publish is indexed by every other replica of the proposer.
+    #: Only proposers that implement :class:`~agentspec.replay.proposer.SharesOutputs` take
+    #: part; the others are unaffected.
+    exchange: bool = False
     #: Condenser emulation: prompts keep system + first user + recent messages
     #: within this many tokens (None = whole prompts).
     window: int | None = Field(default=None, ge=1)

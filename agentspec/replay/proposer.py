@@ -99,4 +99,21 @@ class ProposerSettings(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
+@runtime_checkable
+class SharesOutputs(Protocol):
+    """A proposer whose replicas can exchange finished outputs (``ReplayConfig.exchange``)."""
+
+    def start_sharing(self) -> None:
+        """Keep the outputs of calls finished from now on for :meth:`take_shared_outputs`."""
+        ...
+
+    def take_shared_outputs(self) -> list[np.ndarray]:
+        """Outputs of calls finished since the last take that peers may index."""
+        ...
+
+    def add_peer_outputs(self, outputs: Sequence[np.ndarray]) -> None:
+        """Index outputs another replica published."""
+        ...
+
+
 ProposerFactory = Callable[[ProposerSettings], Proposer]

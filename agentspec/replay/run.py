@@ -108,6 +108,7 @@ def replay_workloads(
             concurrency=config.concurrency,
             memory_every=config.memory_every,
             on_call=(partial(on_call, source) if on_call else None),
+            exchange=config.exchange,
         )
         for source, wl in workloads.items()
     ]

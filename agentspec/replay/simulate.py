@@ -20,7 +20,7 @@ import numpy as np
 
 from agentspec.replay.calls import CallSpec, ReplayCall, SourceWorkload
 from agentspec.replay.config import Routing
-from agentspec.replay.proposer import Draft, Proposer
+from agentspec.replay.proposer import Draft, Proposer, SharesOutputs
 
 _now = time.perf_counter_ns
 
@@ -215,8 +215,19 @@ class _Fleet:
     make: Callable[[], Proposer]
     routing: Routing
     replicas: int
+    exchange: bool = False
     tally: Tally = field(default_factory=Tally)
     servers: dict[int, Proposer] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.exchange and self.replicas > 1:
+            # Exchanging replicas all run from the start: a late one would miss outputs.
+            self.servers = {r: self.make() for r in range(self.replicas)}
+            if not all(isinstance(s, SharesOutputs) for s in self.servers.values()):
+                self.exchange = False
+            for s in self.servers.values():
+                if self.exchange:
+                    s.start_sharing()  # type: ignore[attr-defined]
 
     def server(self, spec: CallSpec) -> Proposer:
         r = route(spec, self.routing, self.replicas)
@@ -224,6 +235,19 @@ class _Fleet:
         if s is None:
             s = self.servers[r] = self.make()
         return s
+
+    def exchange_outputs(self, source: Proposer) -> None:
+        """What ``source`` published goes to every other replica; the indexing is index time."""
+        if not self.exchange:
+            return
+        outputs = source.take_shared_outputs()  # type: ignore[attr-defined]
+        if not outputs:
+            return
+        t0 = _now()
+        for peer in self.servers.values():
+            if peer is not source:
+                peer.add_peer_outputs(outputs)  # type: ignore[attr-defined]
+        self.tally.index_ns += _now() - t0
 
     def sample_memory(self) -> None:
         total = sum(s.memory_bytes() for s in self.servers.values())
@@ -239,6 +263,7 @@ def replay_source(
     concurrency: int = 8,
     memory_every: int = 256,
     on_call: Callable[[], None] | None = None,
+    exchange: bool = False,
 ) -> SourceResult:
     """Replay one source's workload through every proposer, on fresh servers.
 
@@ -247,7 +272,7 @@ def replay_source(
     """
     start = time.perf_counter()
     fleets = {
-        name: _Fleet(make, routing.get(name, Routing.SPREAD), replicas) for name, make in proposers.items()
+        name: _Fleet(make, routing.get(name, Routing.SPREAD), replicas, exchange) for name, make in proposers.items()
     }
     for n, call in enumerate(interleave(workload, concurrency), 1):
         spec = call.spec
@@ -256,7 +281,9 @@ def replay_source(
         output_list = output.tolist()
         context = np.concatenate((prompt, output))
         for fleet in fleets.values():
-            replay_call(fleet.server(spec), spec, prompt, output, output_list, fleet.tally, context)
+            server = fleet.server(spec)
+            replay_call(server, spec, prompt, output, output_list, fleet.tally, context)
+            fleet.exchange_outputs(server)
         if n % memory_every == 0:
             for fleet in fleets.values():
                 fleet.sample_memory()

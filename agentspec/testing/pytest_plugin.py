@@ -8,6 +8,9 @@ of server starts at most once. Fixtures:
   (reused across runs), else into the session's temporary folder;
 - ``agentspec_server``: ``agentspec serve`` on the tiny model (plugin, middleware, proposer;
   served name ``tiny``, hermes tool calling on);
+- ``agentspec_peer_server``: a second ``agentspec serve`` on the tiny model, a replica of
+  ``agentspec_server``: the two exchange their outputs through a shared folder
+  (``EngineSettings.exchange_dir``, which both always get);
 - ``plain_server``: plain vLLM on the same model without speculation, the reference for
   losslessness.
 
@@ -56,9 +59,10 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class _Servers:
     """Starts each kind of server at most once; stops them at the end of the session."""
 
-    def __init__(self, model_dir: Path, log_dir: Path, wanted: set[str]) -> None:
+    def __init__(self, model_dir: Path, log_dir: Path, exchange_dir: Path, wanted: set[str]) -> None:
         self.model_dir = model_dir
         self.log_dir = log_dir
+        self.exchange_dir = exchange_dir  # shared by the agentspec servers (replicas)
         self.wanted = wanted
         self.servers: dict[str, object] = {}
 
@@ -68,8 +72,8 @@ class _Servers:
 
         if kind in self.servers:
             return
-        if kind == "agentspec":
-            settings = EngineSettings(index=TEST_INDEX_CONFIG)
+        if kind in ("agentspec", "peer"):
+            settings = EngineSettings(index=TEST_INDEX_CONFIG, exchange_dir=str(self.exchange_dir))
             server = VLLMServer.launch(self.model_dir, agentspec=True, settings=settings, log_dir=self.log_dir)
         else:
             server = VLLMServer.launch(self.model_dir, agentspec=False, log_dir=self.log_dir)
@@ -99,9 +103,13 @@ def _vllm_servers(
         names = getattr(item, "fixturenames", ())
         if "agentspec_server" in names:
             wanted.add("agentspec")
+        if "agentspec_peer_server" in names:
+            wanted.add("peer")
         if "plain_server" in names:
             wanted.add("plain")
-    servers = _Servers(tiny_model_dir, tmp_path_factory.mktemp("vllm-logs"), wanted)
+    servers = _Servers(
+        tiny_model_dir, tmp_path_factory.mktemp("vllm-logs"), tmp_path_factory.mktemp("exchange"), wanted
+    )
     try:
         yield servers
     finally:
@@ -112,6 +120,12 @@ def _vllm_servers(
 def agentspec_server(_vllm_servers: _Servers):
     """``agentspec serve`` on the tiny model (served name ``tiny``); see agentspec.testing.server."""
     return _vllm_servers.get("agentspec")
+
+
+@pytest.fixture(scope="session")
+def agentspec_peer_server(_vllm_servers: _Servers):
+    """A second ``agentspec serve`` on the tiny model, sharing ``agentspec_server``'s exchange folder."""
+    return _vllm_servers.get("peer")
 
 
 @pytest.fixture(scope="session")

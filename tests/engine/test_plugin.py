@@ -35,3 +35,12 @@ def test_bad_settings_fail_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_installed_version_supported() -> None:
     assert plugin.check_vllm_version().startswith(plugin.SUPPORTED_VLLM_SERIES)
+
+
+@pytest.mark.parametrize(("tp", "pp", "alone"), [(1, 1, True), (2, 1, False), (1, 2, False)])
+def test_exchange_only_for_a_rank_alone_in_its_groups(tp: int, pp: int, alone: bool) -> None:
+    from types import SimpleNamespace
+
+    parallel = SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=pp)
+    runner = SimpleNamespace(vllm_config=SimpleNamespace(parallel_config=parallel))
+    assert plugin._is_alone_in_group(runner) is alone

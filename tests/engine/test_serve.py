@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+from pathlib import Path
 
 import pytest
 import typer
@@ -55,3 +57,13 @@ def test_cli_dry_run_passes_unknown_options() -> None:
     assert result.exit_code == 0, result.output
     assert "--model my-model --port 9000 --tensor-parallel-size 2" in result.output
     assert '"no_draft_batch":32' in result.output
+
+
+def test_cli_exchange_dir(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        _app(), ["serve", "my-model", "--agentspec-exchange-dir", str(tmp_path), "--agentspec-dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    assignment = shlex.split(result.output)[0]
+    assert assignment.startswith(f"{ENV_CONFIG}=")
+    assert json.loads(assignment.split("=", 1)[1])["exchange_dir"] == str(tmp_path)

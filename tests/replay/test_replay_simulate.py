@@ -211,3 +211,36 @@ def test_caller_supplied_proposers_reach_worker_processes(tmp_path) -> None:
         assert ours.calls == none.calls > 0 and ours.output_tokens == none.output_tokens
         assert ours.steps <= none.steps  # it ran (a draft can only save steps)
     assert result.record("copy-last").drafted_tokens > 0
+
+
+def test_exchanging_replicas_draft_each_others_outputs(make_call) -> None:
+    out = list(range(100, 140))
+    # Two groups pinned apart; b's output repeats a's, which only an exchange brings to b's replica.
+    wl = [[make_call("a", 0, [1, 2], out, group="g1")], [make_call("b", 0, [3, 4, 100, 101], out, group="g2")]]
+    replicas = 2
+    assert route(wl[0][0].spec, Routing.GROUP, replicas) != route(wl[1][0].spec, Routing.GROUP, replicas)
+    config = ReplayConfig(proposers=("agentspec", "oracle"), replicas=replicas, concurrency=1)
+    (apart,) = replay_workloads(config, {"toy": wl})
+    (shared,) = replay_workloads(config.model_copy(update={"exchange": True}), {"toy": wl})
+    # Without the exchange b starts cold on its replica; with it, b drafts a's output.
+    assert shared.tallies["agentspec"].steps < apart.tallies["agentspec"].steps - 20
+    assert shared.tallies["agentspec"].index_ns > 0
+    # The oracle cannot exchange: it runs as before.
+    assert shared.tallies["oracle"].steps == apart.tallies["oracle"].steps
+
+
+def test_sharing_is_off_unless_started() -> None:
+    from agentspec.replay.agentspec_proposer import make_agentspec
+
+    p = make_agentspec(ProposerSettings())
+    spec = CallSpec(call_id="c", session_id="s", group_id=None, trajectory_id="s", turn=0, source="toy")
+    p.begin_call(spec, np.array([1, 2, 3], dtype=np.int32))
+    p.observe("c", np.array([7, 8], dtype=np.int32))
+    p.end_call("c")
+    assert p.take_shared_outputs() == []  # nothing kept: a replay without exchange never drains
+    p.start_sharing()
+    p.begin_call(spec, np.array([1, 2, 3, 7, 8], dtype=np.int32))
+    p.observe("c", np.array([9], dtype=np.int32))
+    p.end_call("c")
+    assert [o.tolist() for o in p.take_shared_outputs()] == [[9]]
+    assert p.take_shared_outputs() == []

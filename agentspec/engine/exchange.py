@@ -1,0 +1,241 @@
+"""Corpus exchange: replicas of one model share their finished outputs through a folder.
+
+Each replica (one drafting worker of one server) appends the outputs of its finished calls
+to its own file ``<folder>/<name>.tok`` and reads the records the other replicas appended
+to theirs, which the proposer puts into its global corpus. A file is a 16-byte header
+(magic, format version, a random *generation* drawn whenever the writer starts the file
+over) followed by records: a little-endian ``uint32`` length, then that many
+little-endian ``int32`` tokens. Each record is written with one ``os.write`` on an
+``O_APPEND`` descriptor, so a reader sees at worst an incomplete record at the end of a
+file, which it leaves for its next poll.
+
+Best effort, by design: a file over ``max_file_bytes`` is started over (truncated, with a
+new generation; readers that had not read its end lose those records), a reader more
+than ``max_backlog_bytes`` behind on a file (it started late, or its engine was idle)
+keeps only that file's newest records, and a corrupt file is skipped until its writer
+starts it over. Errors are logged, never raised: exchanging text must not take the
+engine down. Files of stopped replicas stay (their text is still good for the same
+model) and may be deleted at any time.
+
+numpy and the standard library only; not thread-safe (the engine's thread owns it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+logger = logging.getLogger("vllm.agentspec.exchange")
+
+SUFFIX = ".tok"
+MAGIC = b"AGSX"
+VERSION = 1
+_HEADER = struct.Struct("<4sI8s")  # magic, version, generation
+HEADER_BYTES = _HEADER.size
+_LEN = struct.Struct("<I")
+#: A record longer than this is taken for corruption.
+MAX_RECORD_TOKENS = 1 << 24
+_TOKENS = np.dtype("<i4")
+_WARN_EVERY_S = 60.0
+
+
+@dataclass(slots=True)
+class _Peer:
+    """How far this reader got in one peer file."""
+
+    ino: int
+    generation: bytes
+    offset: int = HEADER_BYTES
+    corrupt: bool = False
+
+
+class CorpusExchange:
+    """One replica's end of the exchange: :meth:`publish` its outputs, :meth:`poll` the others'.
+
+    ``name`` must be unique per process among everything that shares ``folder`` (the
+    engine uses host, process id and data-parallel rank).
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        name: str,
+        *,
+        max_file_bytes: int = 64 << 20,
+        max_read_bytes: int = 1 << 20,
+        max_backlog_bytes: int = 4 << 20,
+    ) -> None:
+        self.folder = Path(folder)
+        self.name = re.sub(r"[^A-Za-z0-9._-]", "_", name) + SUFFIX
+        self.path = self.folder / self.name
+        #: Own file size after which it is started over.
+        self.max_file_bytes = max_file_bytes
+        #: Bytes one :meth:`poll` reads at most (at least one record), so that a poll costs
+        #: the engine a bounded time; the rest waits for the next poll.
+        self.max_read_bytes = max_read_bytes
+        #: A reader further behind than this on a file skips to the newest records.
+        self.max_backlog_bytes = max_backlog_bytes
+        self._fd: int | None = None
+        self._size = 0
+        self._peers: dict[str, _Peer] = {}
+        self._turn = 0  # which peer file a poll reads first, so none starves the others
+        self._warned: dict[str, float] = {}
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self._warn("folder", "cannot create exchange folder %s: %s", self.folder, exc)
+
+    # ------------------------------------------------------------------ writing
+
+    def publish(self, tokens: np.ndarray) -> bool:
+        """Append one output to this replica's file. Returns whether it was written."""
+        arr = np.asarray(tokens).reshape(-1)
+        if not len(arr) or len(arr) > MAX_RECORD_TOKENS:
+            return False
+        data = _LEN.pack(len(arr)) + arr.astype(_TOKENS, copy=False).tobytes()
+        try:
+            if self._fd is None:
+                self._start_file()
+            elif self._size + len(data) > self.max_file_bytes and self._size > HEADER_BYTES:
+                self.close()
+                self._start_file()
+            assert self._fd is not None
+            written = os.write(self._fd, data)
+            self._size += written
+            if written != len(data):
+                raise OSError(f"short write ({written} of {len(data)} bytes)")
+        except OSError as exc:
+            # The file may now end in a torn record: start it over at the next publish.
+            self.close()
+            self._warn("publish", "cannot publish to %s: %s", self.path, exc)
+            return False
+        return True
+
+    def _start_file(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:
+            header = _HEADER.pack(MAGIC, VERSION, os.urandom(8))
+            if os.write(fd, header) != len(header):
+                raise OSError("short write of the file header")
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._size = fd, len(header)
+
+    def close(self) -> None:
+        """Close this replica's file (it stays for the others; publishing starts it over)."""
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
+    # ------------------------------------------------------------------ reading
+
+    def poll(self) -> list[np.ndarray]:
+        """The complete records other replicas appended since the last poll (int32 arrays)."""
+        try:
+            names = sorted(
+                e.name for e in os.scandir(self.folder) if e.name.endswith(SUFFIX) and e.name != self.name
+            )
+        except OSError as exc:
+            self._warn("poll", "cannot list exchange folder %s: %s", self.folder, exc)
+            return []
+        for gone in self._peers.keys() - set(names):
+            del self._peers[gone]
+        out: list[np.ndarray] = []
+        budget = self.max_read_bytes
+        if names:
+            self._turn = (self._turn + 1) % len(names)
+        for name in names[self._turn :] + names[: self._turn]:
+            if budget <= 0:
+                break
+            try:
+                budget -= self._read_peer(name, budget, out)
+            except OSError as exc:
+                self._warn("poll", "cannot read %s: %s", self.folder / name, exc)
+        return out
+
+    def _read_peer(self, name: str, budget: int, out: list[np.ndarray]) -> int:
+        """Append ``name``'s new records to ``out``; returns the bytes consumed."""
+        fd = os.open(self.folder / name, os.O_RDONLY)
+        try:
+            st = os.fstat(fd)
+            header = os.pread(fd, HEADER_BYTES, 0)
+            if len(header) < HEADER_BYTES:
+                return 0  # being started; its header comes next
+            peer = self._peers.get(name)
+            if peer is None or peer.ino != st.st_ino or peer.generation != header or st.st_size < peer.offset:
+                peer = self._peers[name] = _Peer(st.st_ino, header)
+                magic, version, _ = _HEADER.unpack(header)
+                if magic != MAGIC or version != VERSION:
+                    peer.corrupt = True
+                    self._warn(f"format:{name}", "skipping %s: not an exchange file of version %d", name, VERSION)
+            if peer.corrupt or st.st_size == peer.offset:
+                return 0
+            buf = os.pread(fd, st.st_size - peer.offset, peer.offset)
+            if len(buf) > self.max_backlog_bytes:
+                buf = self._skip_backlog(name, peer, buf)
+            records, corrupt = _scan(buf, budget)
+            used = records[-1][0] + 4 + 4 * records[-1][1] if records else 0
+            taken = [np.frombuffer(buf, _TOKENS, n, pos + 4).astype(np.int32) for pos, n in records if n]
+            # A writer that started over while we read would have changed the header.
+            if os.pread(fd, HEADER_BYTES, 0) != header:
+                del self._peers[name]
+                return 0
+            out.extend(taken)
+            peer.offset += used
+            if corrupt:
+                peer.corrupt = True
+                self._warn(f"corrupt:{name}", "skipping the rest of %s: corrupt record at byte %d", name, peer.offset)
+            return used
+        finally:
+            os.close(fd)
+
+    def _skip_backlog(self, name: str, peer: _Peer, buf: bytes) -> bytes:
+        """The newest records of ``buf`` that fit in ``max_backlog_bytes`` (at least one):
+        text a corpus of bounded size would drop soon is not worth the engine's time."""
+        records, _ = _scan(buf)
+        if not records:
+            return buf
+        end = records[-1][0] + 4 + 4 * records[-1][1]
+        fits = (i for i, (pos, _) in enumerate(records) if end - pos <= self.max_backlog_bytes)
+        keep = next(fits, len(records) - 1)
+        skip = records[keep][0]
+        if keep:
+            logger.info("%s: %d records behind, skipping the oldest %d", name, len(records), keep)
+        peer.offset += skip
+        return buf[skip:]
+
+    def _warn(self, kind: str, msg: str, *args: object) -> None:
+        """Log a warning, at most one per kind a minute (a failing folder fails every step)."""
+        now = time.monotonic()
+        if now - self._warned.get(kind, -_WARN_EVERY_S) >= _WARN_EVERY_S:
+            self._warned[kind] = now
+            logger.warning(msg, *args)
+
+
+def _scan(buf: bytes, limit: int | None = None) -> tuple[list[tuple[int, int]], bool]:
+    """The complete records at the start of ``buf`` as ``(position, tokens)``, as many as
+    fit in ``limit`` bytes (at least one), and whether a corrupt length ended the scan (an
+    incomplete last record does not: it is still being written)."""
+    records: list[tuple[int, int]] = []
+    pos, size = 0, len(buf)
+    while pos + 4 <= size:
+        (n,) = _LEN.unpack_from(buf, pos)
+        if n > MAX_RECORD_TOKENS:
+            return records, True
+        end = pos + 4 + 4 * n
+        if end > size or (limit is not None and records and end > limit):
+            break
+        records.append((pos, n))
+        pos = end
+    return records, False

@@ -1,0 +1,117 @@
+"""Two proposers in one process share outputs through an exchange folder.
+
+As in test_publish.py: the proposers get a stand-in for vLLM's config and a clock the
+test advances; the input batch is a stand-in holding what ``propose`` reads.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from agentspec.engine.config import EngineSettings
+
+proposer_mod = pytest.importorskip("agentspec.engine.proposer", reason="needs vLLM")
+
+K = 8  # num_speculative_tokens
+OUTPUT = list(range(1000, 1024))  # what replica A generates
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    clock = _Clock()
+    monkeypatch.setattr(proposer_mod, "time", clock)
+    return clock
+
+
+def _proposer(exchange_dir: Path, worker_name: str, *, exchange_ok: bool = True):
+    spec = SimpleNamespace(
+        num_speculative_tokens=K,
+        suffix_decoding_max_tree_depth=24,
+        suffix_decoding_max_spec_factor=1.0,
+        suffix_decoding_min_token_prob=0.1,
+    )
+    config = SimpleNamespace(speculative_config=spec, model_config=SimpleNamespace(max_model_len=4096))
+    settings = EngineSettings(exchange_dir=str(exchange_dir), exchange_interval_s=0.5)
+    proposer = proposer_mod.AgentspecProposer(config, settings)  # type: ignore[arg-type]
+    proposer.bind(publish=False, worker_name=worker_name, exchange_ok=exchange_ok)
+    return proposer
+
+
+def _params(session_id: str, max_tokens: int) -> SimpleNamespace:
+    return SimpleNamespace(
+        extra_args={"session_id": session_id}, max_tokens=max_tokens, eos_token_id=None, stop_token_ids=None
+    )
+
+
+def _step(proposer, req_id: str, prompt: list[int], generated: list[int]) -> list[int]:
+    """One draft step of a request first seen with ``generated`` already sampled."""
+    row = np.zeros(4096, dtype=np.int32)
+    tokens = prompt + generated
+    row[: len(tokens)] = tokens
+    batch = SimpleNamespace(
+        req_ids=[req_id],
+        num_tokens_no_spec=np.array([len(tokens)]),
+        num_prompt_tokens=np.array([len(prompt)]),
+        token_ids_cpu=row[None, :],
+    )
+    return proposer.propose(K, batch, [generated[-1:]])[0]
+
+
+def _finish_a_call(a) -> None:
+    a.on_request_added("a-1", _params("sa", max_tokens=len(OUTPUT)))
+    _step(a, "a-1", list(range(1, 20)), OUTPUT)
+    a.on_requests_finished(["a-1"])
+
+
+def test_outputs_cross_to_the_other_replica(tmp_path: Path, clock: _Clock) -> None:
+    a, b = _proposer(tmp_path, "proposer-dp0"), _proposer(tmp_path, "proposer-dp1")
+    b.on_step_end(idle=True)  # polls at t=0: nothing yet
+    assert b._counters.get("exchange_received_total", 0) == 0
+
+    _finish_a_call(a)
+    assert a._counters["exchange_published_total"] == 1
+    before = b.index.stats().global_tokens
+    clock.now = 0.3
+    b.on_step_end(idle=True)  # within the interval: no poll
+    assert b.index.stats().global_tokens == before
+    clock.now = 0.6
+    b.on_step_end(idle=True)
+    assert b.index.stats().global_tokens == before + len(OUTPUT)
+    assert b._counters["exchange_received_total"] == 1
+    assert b._counters["exchange_received_tokens_total"] == len(OUTPUT)
+    assert b.snapshot()["engine"]["exchange_received_tokens_total"] == len(OUTPUT)
+
+    # A call on B whose context ends with the start of A's output drafts its continuation
+    # from the global corpus, which only A's output can have put there.
+    b.on_request_added("b-1", _params("sb", max_tokens=64))
+    draft = _step(b, "b-1", list(range(500, 510)) + OUTPUT[:8], OUTPUT[8:9])
+    assert draft and draft == OUTPUT[9 : 9 + len(draft)]
+    assert b.index.stats().drafts_by_level["global"] == 1
+    # Nothing comes back to A but B's own outputs, once B finishes.
+    clock.now = 1.2
+    a.on_step_end(idle=True)
+    assert a._counters.get("exchange_received_total", 0) == 0
+
+
+def test_off_unless_alone_in_its_parallel_groups(
+    tmp_path: Path, clock: _Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="vllm.agentspec.proposer"):
+        a = _proposer(tmp_path, "proposer-dp0", exchange_ok=False)
+    assert "corpus exchange is off" in caplog.text
+    _finish_a_call(a)
+    assert "exchange_published_total" not in a._counters
+    assert list(tmp_path.iterdir()) == []
