@@ -220,14 +220,15 @@ class _Fleet:
     servers: dict[int, Proposer] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.exchange and self.replicas > 1:
-            # Exchanging replicas all run from the start: a late one would miss outputs.
-            self.servers = {r: self.make() for r in range(self.replicas)}
-            if not all(isinstance(s, SharesOutputs) for s in self.servers.values()):
-                self.exchange = False
+        if not (self.exchange and self.replicas > 1):
+            self.exchange = False
+            return
+        # Exchanging replicas all run from the start: a late one would miss outputs.
+        self.servers = {r: self.make() for r in range(self.replicas)}
+        self.exchange = all(isinstance(s, SharesOutputs) for s in self.servers.values())
+        if self.exchange:
             for s in self.servers.values():
-                if self.exchange:
-                    s.start_sharing()  # type: ignore[attr-defined]
+                s.start_sharing()  # type: ignore[attr-defined]
 
     def server(self, spec: CallSpec) -> Proposer:
         r = route(spec, self.routing, self.replicas)

@@ -227,6 +227,11 @@ def test_exchanging_replicas_draft_each_others_outputs(make_call) -> None:
     assert shared.tallies["agentspec"].index_ns > 0
     # The oracle cannot exchange: it runs as before.
     assert shared.tallies["oracle"].steps == apart.tallies["oracle"].steps
+    # One server has nobody to exchange with: the flag changes nothing, for any proposer.
+    one = ReplayConfig(proposers=("vllm-suffix", "agentspec"), concurrency=1)
+    (alone,) = replay_workloads(one, {"toy": wl})
+    (alone_x,) = replay_workloads(one.model_copy(update={"exchange": True}), {"toy": wl})
+    assert {n: t.steps for n, t in alone.tallies.items()} == {n: t.steps for n, t in alone_x.tallies.items()}
 
 
 def test_sharing_is_off_unless_started() -> None:
