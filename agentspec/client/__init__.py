@@ -29,7 +29,7 @@ from .errors import (
 from .health import BackendState
 from .history import Seed, SeedKind, SeedScope
 from .session import AsyncChatStream, AsyncSession, ChatStream, Session
-from .types import ChatResult, SessionStats, TokenCompletion, Turn
+from .types import ChatResult, SeedReceipt, SessionStats, TokenCompletion, Turn
 
 __all__ = [
     "AgentSpecClient",
@@ -49,6 +49,7 @@ __all__ = [
     "RetryPolicy",
     "Seed",
     "SeedKind",
+    "SeedReceipt",
     "SeedScope",
     "ServerRefusedError",
     "Session",

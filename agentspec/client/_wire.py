@@ -4,12 +4,21 @@ classification, and the server-sent-events stream of a chat completion."""
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import httpx
+
+from agentspec.wire import (
+    GROUP_HEADER,
+    SEEDS_FIELD,
+    SESSION_HEADER,
+    XARG_GROUP,
+    XARG_SESSION,
+    XARGS_FIELD,
+    is_valid_id,
+)
 
 from .errors import (
     BackendUnavailableError,
@@ -18,17 +27,10 @@ from .errors import (
     SessionNotFoundError,
 )
 
-SESSION_HEADER: Final = "X-Session-Id"
-GROUP_HEADER: Final = "X-Group-Id"
-SEEDS_FIELD: Final = "agentspec_seeds"
-STATS_PATH: Final = "/agentspec/v1/sessions/"
-
-_ID_RE: Final = re.compile(r"[A-Za-z0-9._:@/-]{1,128}")
-
 
 def check_id(field: str, value: object) -> str:
     """Return ``value`` when it is a valid wire id, else raise :class:`InvalidIdError`."""
-    if not isinstance(value, str) or _ID_RE.fullmatch(value) is None:
+    if not is_valid_id(value):
         raise InvalidIdError(field, value)
     return value
 
@@ -66,10 +68,10 @@ def request_body(
     extra_body = body.pop("extra_body", None)
     if extra_body:
         body.update(extra_body)
-    xargs = dict(body.get("vllm_xargs") or {})
-    xargs["session_id"] = session_id
-    xargs["group_id"] = group_id
-    body["vllm_xargs"] = xargs
+    xargs = dict(body.get(XARGS_FIELD) or {})
+    xargs[XARG_SESSION] = session_id
+    xargs[XARG_GROUP] = group_id
+    body[XARGS_FIELD] = xargs
     if seeds:
         body[SEEDS_FIELD] = list(body.get(SEEDS_FIELD) or []) + list(seeds)
     return body

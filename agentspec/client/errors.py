@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentspec.wire import ID_RULE
+
 __all__ = [
     "AgentSpecClientError",
     "BackendUnavailableError",
@@ -35,7 +37,7 @@ class InvalidIdError(AgentSpecClientError, ValueError):
     def __init__(self, field: str, value: object) -> None:
         self.field = field
         self.value = value
-        super().__init__(f"invalid {field} {value!r}: ids are 1 to 128 characters of [A-Za-z0-9._:@/-]")
+        super().__init__(f"invalid {field} {value!r}: ids are {ID_RULE}")
 
 
 class InvalidSeedError(AgentSpecClientError, ValueError):

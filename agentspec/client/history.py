@@ -14,16 +14,13 @@ import hashlib
 import json
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, get_args
+from typing import Any
+
+from agentspec.wire import SeedKind, SeedScope
 
 from .errors import InvalidSeedError
 
 __all__ = ["History", "Seed", "SeedKind", "SeedScope", "message_text"]
-
-SeedKind = Literal["prior_turn", "repair_attempt", "sibling_output", "document"]
-SeedScope = Literal["session", "group"]
-_KINDS: frozenset[str] = frozenset(get_args(SeedKind))
-_SCOPES: frozenset[str] = frozenset(get_args(SeedScope))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,29 +29,30 @@ class Seed:
 
     text: str | None = None
     token_ids: tuple[int, ...] | None = None
-    kind: SeedKind = "prior_turn"
-    scope: SeedScope = "session"
+    kind: SeedKind = SeedKind.PRIOR_TURN
+    scope: SeedScope = SeedScope.SESSION
 
     @classmethod
     def of(
         cls,
         content: str | Sequence[int],
-        kind: str = "prior_turn",
-        scope: str = "session",
+        kind: SeedKind | str = SeedKind.PRIOR_TURN,
+        scope: SeedScope | str = SeedScope.SESSION,
     ) -> Seed:
         """Build a validated seed from text or token ids.
 
         Raises :class:`InvalidSeedError` for empty content, a kind or scope the wire does not
         know, or token ids that are not non-negative ints.
         """
-        if kind not in _KINDS:
-            raise InvalidSeedError(f"seed kind must be one of {sorted(_KINDS)}, not {kind!r}")
-        if scope not in _SCOPES:
-            raise InvalidSeedError(f"seed scope must be one of {sorted(_SCOPES)}, not {scope!r}")
+        if kind not in SeedKind._value2member_map_:
+            raise InvalidSeedError(f"seed kind must be one of {sorted(SeedKind)}, not {kind!r}")
+        if scope not in SeedScope._value2member_map_:
+            raise InvalidSeedError(f"seed scope must be one of {sorted(SeedScope)}, not {scope!r}")
+        kind, scope = SeedKind(kind), SeedScope(scope)
         if isinstance(content, str):
             if not content:
                 raise InvalidSeedError("seed text is empty")
-            return cls(text=content, kind=kind, scope=scope)  # type: ignore[arg-type]
+            return cls(text=content, kind=kind, scope=scope)
         ids = tuple(content)
         if not ids:
             raise InvalidSeedError("seed token_ids is empty")
@@ -62,7 +60,7 @@ class Seed:
             # bool is an int subclass; True as a token id is a bug at the caller.
             if not isinstance(t, int) or isinstance(t, bool) or t < 0:
                 raise InvalidSeedError(f"seed token_ids must be non-negative ints, got {t!r}")
-        return cls(token_ids=ids, kind=kind, scope=scope)  # type: ignore[arg-type]
+        return cls(token_ids=ids, kind=kind, scope=scope)
 
     @property
     def size(self) -> int:
@@ -71,7 +69,7 @@ class Seed:
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object the server expects in ``agentspec_seeds``."""
-        out: dict[str, Any] = {"kind": self.kind, "scope": self.scope}
+        out: dict[str, Any] = {"kind": self.kind.value, "scope": self.scope.value}
         if self.text is not None:
             out["text"] = self.text
         else:

@@ -16,11 +16,13 @@ from urllib.parse import quote
 import anyio
 import httpx
 
+from agentspec.wire import SEEDS_PATH, SESSION_STATS_PATH
+
 from . import _wire
 from ._core import SessionCore, chat_params, token_params
 from .errors import BackendUnavailableError, ServerRefusedError, StreamInterruptedError
 from .history import Seed
-from .types import ChatResult, SessionStats, TokenCompletion, Turn
+from .types import ChatResult, SeedReceipt, SessionStats, TokenCompletion, Turn
 
 if TYPE_CHECKING:
     from .client import AgentSpecClient, AsyncAgentSpecClient
@@ -77,8 +79,9 @@ class _SessionBase:
     def seed(self, content: str | Sequence[int], kind: str = "prior_turn", scope: str = "session") -> Seed:
         """Put text or token ids into the session's (``scope="group"``: group's) draft index.
 
-        The seed travels with the session's next request (``agentspec_seeds``). ``kind`` is
-        one of ``prior_turn``, ``repair_attempt``, ``sibling_output``, ``document``.
+        The seed travels with the session's next request (``agentspec_seeds``), or at once
+        with :meth:`send_seeds`. ``kind`` is one of ``prior_turn``, ``repair_attempt``,
+        ``sibling_output``, ``document``.
         """
         return self._core.add_seed(content, kind, scope)
 
@@ -103,7 +106,7 @@ class _SessionBase:
 
     def _stats_url(self, backend: str) -> str:
         # Ids may hold '/', which must not split the path.
-        return f"{backend}{_wire.STATS_PATH}{quote(self.session_id, safe='')}"
+        return f"{backend}{SESSION_STATS_PATH}{quote(self.session_id, safe='')}"
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"backend={self.backend!r}"
@@ -191,6 +194,20 @@ class Session(_SessionBase):
         prompt, body = token_params(prompt_token_ids, model, self._client.config.model, params)
         data, backend, attempts = self._post("/v1/completions", body, extra_headers)
         return self._core.record_tokens(prompt, data, backend, attempts)
+
+    def send_seeds(self) -> SeedReceipt:
+        """Deliver the pending seeds now, without generating (``POST /agentspec/v1/seeds``).
+
+        For seeds that should be in the index before the session's next call is even
+        written: text a context condenser just dropped, a sibling's finished output. It
+        goes to the session's backend with the same failover as a call. With no seeds
+        pending, nothing is sent.
+        """
+        self._core.check_open()
+        if not self._core.pending:
+            return SeedReceipt(session_id=self.session_id, group_id=self.group_id, backend=self.backend)
+        data, backend, _ = self._post(SEEDS_PATH, {}, None)
+        return SeedReceipt.model_validate({**data, "backend": backend})
 
     def stats(self) -> SessionStats:
         """The server's statistics of this session, from the backend holding it.
@@ -402,6 +419,14 @@ class AsyncSession(_SessionBase):
         prompt, body = token_params(prompt_token_ids, model, self._client.config.model, params)
         data, backend, attempts = await self._post("/v1/completions", body, extra_headers)
         return self._core.record_tokens(prompt, data, backend, attempts)
+
+    async def send_seeds(self) -> SeedReceipt:
+        """Deliver the pending seeds now, without generating; see :meth:`Session.send_seeds`."""
+        self._core.check_open()
+        if not self._core.pending:
+            return SeedReceipt(session_id=self.session_id, group_id=self.group_id, backend=self.backend)
+        data, backend, _ = await self._post(SEEDS_PATH, {}, None)
+        return SeedReceipt.model_validate({**data, "backend": backend})
 
     async def stats(self) -> SessionStats:
         """Async :meth:`Session.stats`."""

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["ChatResult", "SessionStats", "TokenCompletion", "Turn"]
+__all__ = ["ChatResult", "SeedReceipt", "SessionStats", "TokenCompletion", "Turn"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,5 +88,19 @@ class SessionStats(BaseModel):
     indexed_tokens: int = 0
     seeded_tokens: int = 0
     last_index_new_tokens: int = 0
+    held_tokens: int = 0
     backend: str | None = None
     """Filled by the client: the backend that answered."""
+
+
+class SeedReceipt(BaseModel):
+    """``POST /agentspec/v1/seeds``: what the server took from a seed-only request."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    session_id: str | None = None
+    group_id: str | None = None
+    seeded_tokens: int = 0
+    """Tokens the server accepted (its index may still refuse a seed over its own budget)."""
+    backend: str | None = None
+    """Filled by the client: the backend that took the seeds."""

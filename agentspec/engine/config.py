@@ -15,16 +15,12 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentspec import wire
 from agentspec.policy import IndexConfig
 
 #: JSON object of :class:`EngineSettings`; set → the plugin substitutes the proposer.
 ENV_CONFIG = "AGENTSPEC_ENGINE_CONFIG"
 
-#: Keys of ``vllm_xargs`` (``SamplingParams.extra_args`` in the engine): the internal form
-#: the middleware writes and the proposer reads.
-XARG_SESSION = "session_id"
-XARG_GROUP = "group_id"
-XARG_SEEDS = "agentspec_seeds"  # JSON list of {"token_ids", "scope", "kind"}
 
 
 class EngineSettings(BaseModel):
@@ -53,8 +49,8 @@ class EngineSettings(BaseModel):
     )
 
     # Seeds on the wire, see docs/wire.md.
-    max_seeds_per_request: int = Field(16, ge=0)
-    max_seed_tokens_per_request: int = Field(32768, ge=0)
+    max_seeds_per_request: int = Field(wire.MAX_SEEDS_PER_REQUEST, ge=0)
+    max_seed_tokens_per_request: int = Field(wire.MAX_SEED_TOKENS_PER_REQUEST, ge=0)
 
     publish_interval_s: float = Field(0.2, gt=0, description="Least time between two statistics snapshots while busy.")
 

@@ -28,6 +28,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from agentspec import wire
+
 SNAPSHOT_GLOB = "proposer-*.json"
 SCHEMA_VERSION = 1
 
@@ -40,6 +42,7 @@ ENGINE_SERIES: dict[str, str] = {
     "index_reused_tokens_total": "Prompt tokens already indexed by the session, not indexed again.",
     "seeded_tokens_total": "Tokens seeded into sessions and groups from requests.",
     "seed_errors_total": "Seeds refused by the index (over its limits).",
+    "seed_only_requests_total": "Seed-only requests (POST /agentspec/v1/seeds) applied.",
     "budget_limited_steps_total": "Draft steps whose budget the batch size cut below the maximum.",
     "budget_off_steps_total": "Draft steps with drafting switched off by the batch size.",
     "exchange_published_total": "Finished outputs published to the other replicas (corpus exchange).",
@@ -52,21 +55,18 @@ ENGINE_SERIES: dict[str, str] = {
 
 def session_view(session_id: str, stats: dict[str, Any]) -> dict[str, Any]:
     """The wire form of one session's stats (docs/wire.md)."""
-    drafted = int(stats.get("drafted_tokens", 0))
-    accepted = int(stats.get("accepted_tokens", 0))
-    return {
-        "session_id": session_id,
-        "group_id": stats.get("group_id"),
-        "calls": int(stats.get("calls", 0)),
-        "draft_steps": int(stats.get("draft_steps", 0)),
-        "draft_tokens": drafted,
-        "accepted_tokens": accepted,
-        "acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0,
-        "indexed_tokens": int(stats.get("indexed_tokens", 0)),
-        "seeded_tokens": int(stats.get("seeded_tokens", 0)),
-        "last_index_new_tokens": int(stats.get("last_index_new_tokens", 0)),
-        "held_tokens": int(stats.get("held_tokens", 0)),
-    }
+    return wire.session_stats_body(
+        session_id,
+        stats.get("group_id"),
+        calls=int(stats.get("calls", 0)),
+        draft_steps=int(stats.get("draft_steps", 0)),
+        draft_tokens=int(stats.get("drafted_tokens", 0)),
+        accepted_tokens=int(stats.get("accepted_tokens", 0)),
+        indexed_tokens=int(stats.get("indexed_tokens", 0)),
+        seeded_tokens=int(stats.get("seeded_tokens", 0)),
+        last_index_new_tokens=int(stats.get("last_index_new_tokens", 0)),
+        held_tokens=int(stats.get("held_tokens", 0)),
+    )
 
 
 class SnapshotWriter:

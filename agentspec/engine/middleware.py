@@ -22,9 +22,10 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from agentspec.engine.config import XARG_GROUP, XARG_SEEDS, XARG_SESSION, EngineSettings, load_settings
+from agentspec import wire
+from agentspec.engine.config import EngineSettings, load_settings
 from agentspec.engine.metrics import SnapshotReader
-from agentspec.index import SeedKind
+from agentspec.wire import WireError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -32,27 +33,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-#: Ids: 1 to 128 characters of [A-Za-z0-9._:@/-] (docs/wire.md).
-ID_PATTERN = re.compile(r"[A-Za-z0-9._:@/-]{1,128}")
-_SESSION_PREFIX = re.compile(r"^/sessions/([^/]*)(/v1/.*)$")
-_STATS_PATH = re.compile(r"^/agentspec/v1/sessions/(.+)$")
-
-#: Endpoints whose body is an OpenAI-style generation request carrying ``vllm_xargs``.
-GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"})
-
-SEED_FIELDS = frozenset({"text", "token_ids", "scope", "kind"})
-SEED_SCOPES = ("session", "group")
-# A text seed's tokenizer bound before tokenizing: no tokenizer makes fewer than one token
-# per 32 characters, so longer text is over the token limit anyway.
-_CHARS_PER_TOKEN_BOUND = 32
-
-
-class WireError(ValueError):
-    """A request the server refuses (HTTP 400); ``param`` names the offending field."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
+_STATS_PATH = re.compile("^" + re.escape(wire.SESSION_STATS_PATH) + "(.+)$")
 
 
 class SessionIdMiddleware:
@@ -73,7 +54,7 @@ class SessionIdMiddleware:
         if method == "GET" and (stats := _STATS_PATH.match(path)):
             await self._session_stats(stats.group(1), send)
             return
-        if method == "GET" and path == "/agentspec/v1/stats":
+        if method == "GET" and path == wire.SERVER_STATS_PATH:
             await self._summary(send)
             return
         if method == "GET" and path.rstrip("/") == "/metrics" and self.reader is not None:
@@ -82,14 +63,17 @@ class SessionIdMiddleware:
 
         headers = _Headers(scope)
         path_session = None
-        if prefixed := _SESSION_PREFIX.match(path):
-            path_session, path = prefixed.group(1), prefixed.group(2)
-            if not ID_PATTERN.fullmatch(path_session):
-                await _send_error(send, _bad_id("URL /sessions/<id>/"))
+        if prefixed := wire.split_session_path(path):
+            path_session, path = prefixed
+            if not wire.is_valid_id(path_session):
+                await _send_error(send, wire.bad_id("URL /sessions/<id>/"))
                 return
             scope = dict(scope, path=path, raw_path=path.encode())
 
-        if method != "POST" or path not in GENERATION_PATHS:
+        if method == "POST" and path == wire.SEEDS_PATH:
+            await self._seed_only(scope, receive, send, headers, path_session)
+            return
+        if method != "POST" or path not in wire.GENERATION_PATHS:
             await self.app(scope, receive, send)
             return
 
@@ -114,109 +98,128 @@ class SessionIdMiddleware:
         if not isinstance(data, dict):
             # Not ours to judge: vLLM answers malformed JSON with its own 400. But an id
             # outside the body must still be valid.
-            _resolve_ids({}, {}, headers, path_session)
+            wire.resolve_ids({}, headers.get, path_session)
             return body
         xargs = data.get("vllm_xargs")
         if xargs is None:
             xargs = {}
         if not isinstance(xargs, dict):
             return body  # vLLM refuses it with its own message
-        if XARG_SEEDS in xargs:
+        if wire.XARG_SEEDS in xargs:
             raise WireError(
-                f"vllm_xargs.{XARG_SEEDS} is reserved; send seeds in the top-level field agentspec_seeds",
-                f"vllm_xargs.{XARG_SEEDS}",
+                f"vllm_xargs.{wire.XARG_SEEDS} is reserved; send seeds in the top-level field {wire.SEEDS_FIELD}",
+                f"vllm_xargs.{wire.XARG_SEEDS}",
             )
-        session_id, group_id = _resolve_ids(data, xargs, headers, path_session)
-        raw_seeds = data.pop("agentspec_seeds", None)
+        if wire.XARG_SEED_ONLY in xargs:
+            raise WireError(
+                f"vllm_xargs.{wire.XARG_SEED_ONLY} is reserved; send seeds alone to POST {wire.SEEDS_PATH}",
+                f"vllm_xargs.{wire.XARG_SEED_ONLY}",
+            )
+        session_id, group_id = wire.resolve_ids(data, headers.get, path_session)
+        raw_seeds = data.pop(wire.SEEDS_FIELD, None)
         seeds = await self._seeds(scope, raw_seeds, session_id, group_id) if raw_seeds is not None else []
 
         if session_id is None and group_id is None and raw_seeds is None:
             return body
         if session_id is not None:
-            xargs[XARG_SESSION] = session_id
+            xargs[wire.XARG_SESSION] = session_id
         if group_id is not None:
-            xargs[XARG_GROUP] = group_id
+            xargs[wire.XARG_GROUP] = group_id
         if seeds:
-            xargs[XARG_SEEDS] = json.dumps(seeds, separators=(",", ":"))
+            xargs[wire.XARG_SEEDS] = json.dumps(seeds, separators=(",", ":"))
         data["vllm_xargs"] = xargs
         return json.dumps(data).encode()
+
+    async def _seed_only(
+        self, scope: Scope, receive: Receive, send: Send, headers: _Headers, path_session: str | None
+    ) -> None:
+        """``POST /agentspec/v1/seeds``: put seeds into a session's or group's index now.
+
+        Per-request data reaches the engine only on a request, so the seeds travel on a
+        one-token completion marked seed-only: the proposer applies its seeds and neither
+        indexes nor drafts it. It passes through vLLM like any ``/v1`` request (the same
+        authentication, the same queue) and costs one token of prefill and decode.
+        """
+        body = await _read_body(receive)
+        try:
+            data = wire.check_seeds_request(json.loads(body) if body else None)
+            session_id, group_id = wire.resolve_ids(data, headers.get, path_session)
+            seeds = await self._seeds(scope, data[wire.SEEDS_FIELD], session_id, group_id)
+        except (ValueError, RecursionError) as exc:  # WireError, or JSON too deep or malformed
+            await _send_error(send, exc if isinstance(exc, WireError) else WireError("the body is not valid JSON"))
+            return
+        inner_xargs: dict[str, Any] = {
+            wire.XARG_SEEDS: json.dumps(seeds, separators=(",", ":")),
+            wire.XARG_SEED_ONLY: 1,
+        }
+        if session_id is not None:
+            inner_xargs[wire.XARG_SESSION] = session_id
+        if group_id is not None:
+            inner_xargs[wire.XARG_GROUP] = group_id
+        first_token = next(t for seed in seeds for t in seed["token_ids"])
+        inner = json.dumps(
+            {"prompt": [first_token], "max_tokens": 1, "temperature": 0, "vllm_xargs": inner_xargs}
+        ).encode()
+        path = "/v1/completions"
+        inner_scope = dict(
+            scope, path=path, raw_path=path.encode(), headers=_with_content_length(scope["headers"], len(inner))
+        )
+        status, response_headers, response = await _call(self.app, inner_scope, _replay(inner, receive))
+        if status != 200:
+            # vLLM's own refusal (401 without the key, 400, 5xx): pass it on unchanged.
+            await send({"type": "http.response.start", "status": status, "headers": response_headers})
+            await send({"type": "http.response.body", "body": response, "more_body": False})
+            return
+        seeded = sum(len(seed["token_ids"]) for seed in seeds)
+        await _send_json(send, 200, wire.seeds_response_body(session_id, group_id, seeded))
 
     async def _seeds(
         self, scope: Scope, raw: Any, session_id: str | None, group_id: str | None
     ) -> list[dict[str, Any]]:
         """Validate ``agentspec_seeds``; return them as token ids (the internal form)."""
-        limit_count = self.settings.max_seeds_per_request
         limit_tokens = self.settings.max_seed_tokens_per_request
-        if not isinstance(raw, list):
-            raise WireError("agentspec_seeds must be a list of seed objects", "agentspec_seeds")
-        if len(raw) > limit_count:
-            raise WireError(
-                f"agentspec_seeds has {len(raw)} seeds, over the limit max_seeds_per_request={limit_count}",
-                "agentspec_seeds",
-            )
-        state = _app_state(scope)
+        specs = wire.parse_seeds(
+            raw,
+            session_id=session_id,
+            group_id=group_id,
+            max_seeds=self.settings.max_seeds_per_request,
+            max_tokens=limit_tokens,
+        )
+        state = _app_state(scope) if specs else None
         out: list[dict[str, Any]] = []
         total = 0
-        for i, seed in enumerate(raw):
-            where = f"agentspec_seeds[{i}]"
-            if not isinstance(seed, dict):
-                raise WireError(f"{where} must be an object", where)
-            unknown = sorted(set(seed) - SEED_FIELDS)
-            if unknown:
-                raise WireError(
-                    f"{where} has unknown field(s) {', '.join(unknown)} (allowed: {', '.join(sorted(SEED_FIELDS))})",
-                    f"{where}.{unknown[0]}",
-                )
-            scope_name = seed.get("scope", "session")
-            if scope_name not in SEED_SCOPES:
-                raise WireError(f"{where}.scope must be one of {', '.join(SEED_SCOPES)}", f"{where}.scope")
-            if scope_name == "session" and session_id is None:
-                raise WireError(f"{where} has scope session but the request names no session", f"{where}.scope")
-            if scope_name == "group" and group_id is None and session_id is None:
-                raise WireError(f"{where} has scope group but the request names no group or session", f"{where}.scope")
-            kind = seed.get("kind", SeedKind.PRIOR_TURN.value)
-            if kind not in {k.value for k in SeedKind}:
-                allowed = ", ".join(k.value for k in SeedKind)
-                raise WireError(f"{where}.kind must be one of {allowed}", f"{where}.kind")
-            has_text, has_ids = "text" in seed, "token_ids" in seed
-            if has_text == has_ids:
-                raise WireError(f"{where} needs exactly one of text and token_ids", where)
-            if has_text:
-                text = seed["text"]
-                if not isinstance(text, str):
-                    raise WireError(f"{where}.text must be a string", f"{where}.text")
-                if len(text) > _CHARS_PER_TOKEN_BOUND * limit_tokens:
-                    raise _over_tokens(limit_tokens, where)
-                token_ids = await _tokenize(state, text)
+        for spec in specs:
+            if spec.text is not None:
+                token_ids = await _tokenize(state, spec.text)
             else:
-                token_ids = seed["token_ids"]
+                token_ids = list(spec.token_ids or ())
                 vocab = _vocab_size(state)
-                if not isinstance(token_ids, list) or not all(type(t) is int and 0 <= t < vocab for t in token_ids):
+                if any(t >= vocab for t in token_ids):
                     raise WireError(
-                        f"{where}.token_ids must be a list of integers in [0, {vocab})", f"{where}.token_ids"
+                        f"{spec.where}.token_ids must be a list of integers in [0, {vocab})", f"{spec.where}.token_ids"
                     )
             total += len(token_ids)
             if total > limit_tokens:
-                raise _over_tokens(limit_tokens, where)
-            out.append({"token_ids": token_ids, "scope": scope_name, "kind": kind})
+                raise wire.seed_tokens_over_limit(limit_tokens, spec.where)
+            out.append({"token_ids": token_ids, "scope": spec.scope.value, "kind": spec.kind.value})
         return out
 
     # ------------------------------------------------------------------ statistics
 
     async def _session_stats(self, session_id: str, send: Send) -> None:
-        if not ID_PATTERN.fullmatch(session_id):
-            await _send_error(send, _bad_id("path session id"))
+        if not wire.is_valid_id(session_id):
+            await _send_error(send, wire.bad_id("path session id"))
             return
         view = self.reader.session(session_id) if self.reader is not None else None
         if view is None:
-            await _send_json(send, 404, _error_body(f"no state for session {session_id!r}", "NotFoundError", 404))
+            await _send_json(send, 404, wire.error_body(f"no state for session {session_id!r}", "NotFoundError", 404))
             return
         await _send_json(send, 200, view)
 
     async def _summary(self, send: Send) -> None:
         if self.reader is None:
             await _send_json(
-                send, 404, _error_body("statistics are not published (no state_dir)", "NotFoundError", 404)
+                send, 404, wire.error_body("statistics are not published (no state_dir)", "NotFoundError", 404)
             )
             return
         await _send_json(send, 200, self.reader.summary())
@@ -259,52 +262,11 @@ class _Headers:
         return self._h.get(name.lower())
 
 
-def _resolve_ids(
-    data: dict[str, Any], xargs: dict[str, Any], headers: _Headers, path_session: str | None
-) -> tuple[str | None, str | None]:
-    """The session and group ids, by the precedence of docs/wire.md; validated."""
-    session_forms: list[tuple[str, Any]] = [
-        ("vllm_xargs.session_id", xargs.get(XARG_SESSION)),
-        ("session_id", data.get("session_id")),
-        ("header X-Session-Id", headers.get("x-session-id")),
-        ("URL /sessions/<id>/", path_session),
-        ("header x-litellm-session-id", headers.get("x-litellm-session-id")),
-        ("prompt_cache_key", data.get("prompt_cache_key")),
-        ("header X-SMG-Routing-Key", headers.get("x-smg-routing-key")),
-    ]
-    group_forms: list[tuple[str, Any]] = [
-        ("vllm_xargs.group_id", xargs.get(XARG_GROUP)),
-        ("header X-Group-Id", headers.get("x-group-id")),
-    ]
-    return _first_id(session_forms), _first_id(group_forms)
-
-
-def _first_id(forms: list[tuple[str, Any]]) -> str | None:
-    for field_name, value in forms:
-        if value is None:
-            continue
-        if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
-            raise _bad_id(field_name)
-        return value
-    return None
-
-
-def _bad_id(field_name: str) -> WireError:
-    return WireError(f"{field_name} must be 1 to 128 characters of letters, digits and . _ : @ / -", field_name)
-
-
-def _over_tokens(limit: int, where: str) -> WireError:
-    return WireError(
-        f"agentspec_seeds exceed the limit max_seed_tokens_per_request={limit} tokens (at {where})",
-        "agentspec_seeds",
-    )
-
-
 def _app_state(scope: Scope) -> Any:
     app = scope.get("app")
     state = getattr(app, "state", None)
     if state is None or getattr(state, "engine_client", None) is None:
-        raise WireError("this server cannot take seeds (no engine client)", "agentspec_seeds")
+        raise WireError("this server cannot take seeds (no engine client)", wire.SEEDS_FIELD)
     return state
 
 
@@ -315,6 +277,24 @@ async def _tokenize(state: Any, text: str) -> list[int]:
 
 def _vocab_size(state: Any) -> int:
     return int(state.engine_client.model_config.get_vocab_size())
+
+
+async def _call(app: ASGIApp, scope: Scope, receive: Receive) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """Run ``app`` on one request and collect its whole response."""
+    status = 500
+    headers: list[tuple[bytes, bytes]] = []
+    chunks: list[bytes] = []
+
+    async def capture(message: Message) -> None:
+        nonlocal status, headers
+        if message["type"] == "http.response.start":
+            status = int(message["status"])
+            headers = list(message.get("headers", []))
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, capture)
+    return status, headers, b"".join(chunks)
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -349,13 +329,8 @@ def _with_content_length(headers: Any, length: int) -> list[tuple[bytes, bytes]]
     return out
 
 
-def _error_body(message: str, err_type: str, code: int, param: str | None = None) -> dict[str, Any]:
-    # vLLM's (and OpenAI's) error shape, so clients surface the message.
-    return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
-
-
 async def _send_error(send: Send, exc: WireError) -> None:
-    await _send_json(send, 400, _error_body(str(exc), "BadRequestError", 400, exc.param))
+    await _send_json(send, 400, wire.error_body(str(exc), "BadRequestError", 400, exc.param))
 
 
 async def _send_json(send: Send, status: int, payload: Any) -> None:

@@ -20,7 +20,8 @@ Nothing happens unless :data:`agentspec.engine.config.ENV_CONFIG` is set (``agen
 serve`` sets it): installing agentspec leaves a plain vLLM server untouched. The runner
 module is heavy (seconds to import), so it is patched when it is first imported (an
 import hook), which only worker processes do. An unsupported vLLM fails at start-up with a
-message naming the supported versions.
+message naming the supported versions, and so does a vLLM told to run its newer model
+runner (``VLLM_USE_V2_MODEL_RUNNER=1``), which this plugin does not patch.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import logging
+import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -44,6 +46,9 @@ logger = logging.getLogger("vllm.agentspec.plugin")
 #: vLLM release series whose runner internals this plugin was written and tested against.
 SUPPORTED_VLLM_SERIES: tuple[str, ...] = ("0.32",)
 RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+#: Selects vLLM's V2 model runner (``vllm.v1.worker.gpu.model_runner``; on CPU
+#: ``vllm.v1.worker.cpu.model_runner``), which this plugin does not patch.
+V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 
 _PATCHED_ATTR = "_agentspec_patched"
 
@@ -58,6 +63,7 @@ def register() -> None:
         return
     config.load_settings()  # bad settings fail here, at start-up, in every process
     check_vllm_version()
+    check_model_runner()
     module = sys.modules.get(RUNNER_MODULE)
     if module is not None:
         _patch_runner(module)
@@ -74,10 +80,30 @@ def check_vllm_version() -> str:
     if series not in SUPPORTED_VLLM_SERIES:
         raise UnsupportedVLLMError(
             f"agentspec's engine plugin supports vLLM {', '.join(s + '.x' for s in SUPPORTED_VLLM_SERIES)};"
-            f" this is vLLM {version}. Install a supported vLLM (`pip install agentspec[vllm]`"
-            f" or `agentspec[cpu]`), or unset {config.ENV_CONFIG} to run vLLM without agentspec."
+            f" this is vLLM {version}. Install a supported vLLM (`pip install \"vllm-agentspec[serve]\"`"
+            f" or `[cpu]`), or unset {config.ENV_CONFIG} to run vLLM without agentspec."
         )
     return version
+
+
+def check_model_runner() -> None:
+    """Raise :class:`UnsupportedVLLMError` if vLLM is told to run a model runner this
+    plugin does not patch (agentspec would not be in the loop)."""
+    # vLLM's workers (gpu_worker.Worker._make_model_runner, CPUWorker.init_device) build
+    # the V2 runner when VllmConfig.use_v2_model_runner is true. That property takes this
+    # variable when it is set; unset, it picks V1 for speculative method "suffix" (which V2
+    # lacks), except under HiSparse attention or watermarking, which force V2 (and V2 then
+    # refuses "suffix" itself). Only the variable is visible here: plugins get no config.
+    # vllm.envs imports only the standard library and parses the value as vLLM does.
+    from vllm import envs
+
+    if envs.VLLM_USE_V2_MODEL_RUNNER:
+        raise UnsupportedVLLMError(
+            f"agentspec patches vLLM's V1 model runner ({RUNNER_MODULE}), but"
+            f" {V2_RUNNER_ENV}={os.environ.get(V2_RUNNER_ENV)} selects the V2 model runner,"
+            f" which agentspec does not support. Unset {V2_RUNNER_ENV} (or set it to 0),"
+            f" or unset {config.ENV_CONFIG} to run vLLM without agentspec."
+        )
 
 
 def _patch_runner(module: ModuleType) -> None:

@@ -11,7 +11,7 @@ drives its own suffix method: same call, same verification, same scheduling. Wha
   from the model runner's own bookkeeping) instead of guessing from absence in the batch,
   which would also fire for requests that are merely preempted or not scheduled this step;
 - the prompt of a session's next call is indexed incrementally (only the new tail);
-- the draft budget shrinks with the batch (:mod:`agentspec.engine.budget`);
+- the draft budget shrinks with the batch (:mod:`agentspec.budget`);
 - it publishes statistics for the API server (:mod:`agentspec.engine.metrics`);
 - with ``exchange_dir`` set, it shares finished outputs with the other replicas of the
   model and indexes theirs into its global corpus (:mod:`agentspec.engine.exchange`).
@@ -20,7 +20,10 @@ A seam for the hybrid with a model drafter (EAGLE / draft model): :meth:`_draft`
 the index's :class:`~agentspec.index.Draft` with its score, so a future fallback can pick,
 per request, between it and a model drafter's proposal. Not implemented yet.
 
-This module is imported only inside vLLM processes (it subclasses vLLM's proposer).
+Everything it does with a request (seeds, clipping at the stop, verification records,
+budget) is :class:`agentspec.driver.RequestDriver`'s, which the replay benchmark runs too;
+this class only translates vLLM's calls. It is imported only inside vLLM processes (it
+subclasses vLLM's proposer).
 """
 
 from __future__ import annotations
@@ -31,16 +34,16 @@ import logging
 import os
 import socket
 import time
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from vllm.config import VllmConfig
 from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
 
-from agentspec.engine.budget import BatchBudget
-from agentspec.engine.config import XARG_GROUP, XARG_SEEDS, XARG_SESSION, EngineSettings, load_settings
+from agentspec import wire
+from agentspec.budget import BatchBudget
+from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
+from agentspec.engine.config import EngineSettings, load_settings
 from agentspec.engine.exchange import CorpusExchange
 from agentspec.engine.metrics import SnapshotWriter
 from agentspec.errors import DraftIndexError
@@ -49,36 +52,6 @@ from agentspec.index import Draft, DraftIndex
 # Under vLLM's logger so the lines appear in the server log with vLLM's formatting
 # (vLLM configures only the "vllm" logger hierarchy).
 logger = logging.getLogger("vllm.agentspec.proposer")
-
-
-@dataclass(slots=True)
-class _Request:
-    """What the proposer knows of one running request."""
-
-    session_id: str | None
-    group_id: str | None
-    seeds: list[dict[str, Any]] = field(default_factory=list)
-    last_draft_len: int = 0
-    disabled: bool = False  # the index refused this request; it runs without speculation
-    # What the scheduler's stop check uses, so the index holds exactly the output the
-    # client gets: in the step a request finishes, the runner still reports every
-    # accepted token, and the scheduler drops those after the stop.
-    max_tokens: int | None = None
-    stop_ids: frozenset[int] = frozenset()
-    output_len: int = 0
-    done: bool = False
-
-    def clip(self, tokens: Sequence[int]) -> list[int]:
-        """The prefix of newly generated ``tokens`` the scheduler keeps."""
-        kept: list[int] = []
-        for tok in map(int, tokens):
-            if self.done:
-                break
-            kept.append(tok)
-            self.output_len += 1
-            if tok in self.stop_ids or (self.max_tokens is not None and self.output_len >= self.max_tokens):
-                self.done = True
-        return kept
 
 
 class AgentspecProposer(SuffixDecodingProposer):
@@ -106,13 +79,10 @@ class AgentspecProposer(SuffixDecodingProposer):
             }
         )
         self.index = DraftIndex(self.settings.index.model_copy(update={"policy": policy}))
-        self.budget = BatchBudget(
-            spec.num_speculative_tokens, self.settings.full_draft_batch, self.settings.no_draft_batch
+        self.driver = RequestDriver(
+            self.index,
+            BatchBudget(spec.num_speculative_tokens, self.settings.full_draft_batch, self.settings.no_draft_batch),
         )
-        self._requests: dict[str, _Request] = {}
-        # Sessions seen recently, most recent last; bounded like the index's own LRU.
-        self._sessions: OrderedDict[str, None] = OrderedDict()
-        self._counters: dict[str, float] = {}
         self._writer: SnapshotWriter | None = None
         self._dirty = False
         self._next_publish = 0.0
@@ -148,42 +118,33 @@ class AgentspecProposer(SuffixDecodingProposer):
     def on_request_added(self, req_id: str, sampling_params: Any) -> None:
         """A request reached the worker: note its session, group and stop conditions
         (from its ``SamplingParams``), and apply its seeds."""
-        if req_id in self._requests:
+        if req_id in self.driver:
             return  # a streaming-input update of a running request: keep its state
         args: Mapping[str, Any] = getattr(sampling_params, "extra_args", None) or {}
-        session_id = _as_id(args.get(XARG_SESSION))
-        group_id = _as_id(args.get(XARG_GROUP))
-        req = _Request(session_id, group_id)
+        max_tokens, stops = None, frozenset[int]()
         if sampling_params is not None:
-            req.max_tokens = sampling_params.max_tokens
+            max_tokens = sampling_params.max_tokens
             eos = sampling_params.eos_token_id
-            stops = set(sampling_params.stop_token_ids or ())
-            req.stop_ids = frozenset(stops | ({eos} if eos is not None else set()))
-        raw_seeds = args.get(XARG_SEEDS)
-        if raw_seeds:
-            try:
-                seeds = json.loads(raw_seeds) if isinstance(raw_seeds, str) else raw_seeds
-                req.seeds = [s for s in seeds if isinstance(s, dict)]
-            except (TypeError, ValueError):
-                logger.warning("request %s: ignoring malformed %s", req_id, XARG_SEEDS)
-        self._requests[req_id] = req
+            stops = frozenset(set(sampling_params.stop_token_ids or ()) | ({eos} if eos is not None else set()))
+        spec = RequestSpec(
+            session_id=_as_id(args.get(wire.XARG_SESSION)),
+            group_id=_as_id(args.get(wire.XARG_GROUP)),
+            seeds=_seeds(req_id, args.get(wire.XARG_SEEDS)),
+            max_tokens=max_tokens,
+            stop_ids=stops,
+            seed_only=bool(args.get(wire.XARG_SEED_ONLY)),
+        )
         # Seeds go in now, before the request's first draft (and before it is even prefilled).
-        self._apply_seeds(req)
+        outcome = self.driver.admit(req_id, spec)
+        for seed, reason in outcome.refused:
+            logger.warning("seed refused for request %s (%s): %s", req_id, seed.scope.value, reason)
 
     def on_requests_finished(self, req_ids: Iterable[str]) -> None:
         """Requests that finished or were aborted, as the scheduler reports them."""
-        released = False
         for req_id in req_ids:
-            self._requests.pop(req_id, None)
-            if self.index.has_call(req_id):
-                if self._exchange is not None:
-                    out = self.index.shared_output(req_id)  # gone after finish_call
-                    if out is not None and len(out) and self._exchange.publish(out):
-                        self._count("exchange_published_total")
-                self.index.finish_call(req_id)
-                self._count("calls_finished_total")
-                released = True
-        if released:
+            out = self.driver.release(req_id, share=self._exchange is not None)
+            if out is not None and len(out) and self._exchange is not None and self._exchange.publish(out):
+                self._count("exchange_published_total")
             self._dirty = True
 
     def on_step_end(self, idle: bool) -> None:
@@ -222,13 +183,7 @@ class AgentspecProposer(SuffixDecodingProposer):
         slot_mappings: Any = None,  # unused, as in vLLM's suffix proposer
     ) -> list[list[int]]:
         """Draft for every request in the batch (``[]`` where there is nothing to draft)."""
-        batch_size = len(sampled_token_ids)
-        budget = min(self.budget.tokens_for(batch_size), num_speculative_tokens)
-        self._counters["draft_budget"] = budget
-        self._counters["batch_size"] = batch_size
-        if budget < self.num_speculative_tokens:
-            self._count("budget_off_steps_total" if budget == 0 else "budget_limited_steps_total")
-
+        budget = self.driver.budget_for(len(sampled_token_ids), num_speculative_tokens)
         drafts: list[list[int]] = []
         for i, sampled in enumerate(sampled_token_ids):
             if not sampled:  # a partial prefill: nothing sampled, nothing to draft
@@ -241,7 +196,7 @@ class AgentspecProposer(SuffixDecodingProposer):
             except DraftIndexError as exc:
                 # Never fail the engine over drafting: this request runs unspeculated.
                 logger.warning("request %s: drafting disabled: %s", req_id, exc)
-                self._disable(req_id)
+                self.driver.disable(req_id)
                 draft = None
             drafts.append(draft.token_ids if draft is not None else [])
         self._dirty = True
@@ -251,92 +206,33 @@ class AgentspecProposer(SuffixDecodingProposer):
     def _draft(
         self, input_batch: Any, i: int, req_id: str, sampled: list[int], num_tokens: int, budget: int
     ) -> Draft | None:
-        req = self._requests.get(req_id)
-        if req is None:
-            # Not announced by the runner hook (cannot happen with the plugin installed);
-            # draft it as vLLM's suffix method would: the call and the global corpus.
-            req = self._requests[req_id] = _Request(None, None)
-        if req.disabled or req.done:
-            return None
-        if not self.index.has_call(req_id):
-            self._start(input_batch, i, req_id, req, num_tokens)
+        driver = self.driver
+        if not driver.begun(req_id):
+            num_prompt = int(input_batch.num_prompt_tokens[i])
+            row = input_batch.token_ids_cpu[i]
+            # Everything generated so far: normally the first sampled token; more if the
+            # request is first seen late (e.g. resumed).
+            driver.begin(req_id, row[:num_prompt], row[num_prompt:num_tokens].tolist())
         else:
-            if req.last_draft_len:
-                # vLLM returns the accepted draft tokens plus one sampled token.
-                accepted = max(0, min(len(sampled) - 1, req.last_draft_len))
-                self.index.record_verification(req_id, req.last_draft_len, accepted)
-            self.index.extend_call(req_id, req.clip(sampled))
-        if req.done:  # finished in this step; vLLM will report it in the next
-            req.last_draft_len = 0
-            return None
-        max_tokens = min(budget, self.max_model_len - num_tokens - 1)
-        if max_tokens <= 0:
-            req.last_draft_len = 0
-            return None
-        draft = self.index.propose(req_id, max_tokens)
-        req.last_draft_len = len(draft.token_ids)
-        return draft
-
-    def _start(self, input_batch: Any, i: int, req_id: str, req: _Request, num_tokens: int) -> None:
-        num_prompt = int(input_batch.num_prompt_tokens[i])
-        row = input_batch.token_ids_cpu[i]
-        start = self.index.start_call(req_id, row[:num_prompt], session_id=req.session_id, group_id=req.group_id)
-        # Everything generated so far (normally the first sampled token; more if the
-        # request is first seen late, e.g. resumed).
-        self.index.extend_call(req_id, req.clip(row[num_prompt:num_tokens].tolist()))
-        self._count("calls_started_total")
-        self._count("index_new_tokens_total", start.new_tokens)
-        self._count("index_reused_tokens_total", start.reused_tokens)
-        if req.session_id is not None:
-            self._touch_session(req.session_id)
-
-    def _apply_seeds(self, req: _Request) -> None:
-        for seed in req.seeds:
-            scope = seed.get("scope", "session")
-            # A request without a group is its own group: group seeds go to its session.
-            target = (req.group_id or req.session_id) if scope == "group" else req.session_id
-            if target is None:
-                continue  # the middleware refuses this; a direct vllm_xargs user gets no seed
-            where = {"group_id": target} if scope == "group" and req.group_id else {"session_id": target}
-            try:
-                n = self.index.seed(seed.get("token_ids", []), kind=seed.get("kind", "prior_turn"), **where)
-            except DraftIndexError as exc:
-                logger.warning("seed refused for %s: %s", where, exc)
-                self._count("seed_errors_total")
-                continue
-            self._count("seeded_tokens_total", n)
-            if req.session_id is not None:
-                self._touch_session(req.session_id)
-        req.seeds = []
-
-    def _disable(self, req_id: str) -> None:
-        req = self._requests.setdefault(req_id, _Request(None, None))
-        req.disabled = True
-        if self.index.has_call(req_id):
-            self.index.finish_call(req_id)
+            # vLLM returns the accepted draft tokens plus one sampled token.
+            driver.verified(req_id, len(sampled) - 1)
+            driver.advance(req_id, sampled)
+        return driver.draft(req_id, min(budget, self.max_model_len - num_tokens - 1))
 
     # ------------------------------------------------------------------ statistics
 
     def _count(self, key: str, n: float = 1) -> None:
-        self._counters[key] = self._counters.get(key, 0) + n
-
-    def _touch_session(self, session_id: str) -> None:
-        self._sessions[session_id] = None
-        self._sessions.move_to_end(session_id)
-        while len(self._sessions) > self.index.config.max_sessions:
-            self._sessions.popitem(last=False)
+        self.driver.counters[key] = self.driver.counters.get(key, 0) + n
 
     def snapshot(self) -> dict[str, Any]:
         """Counters, index statistics and per-session stats (see :mod:`.metrics`)."""
         sessions: dict[str, Any] = {}
-        for sid in list(self._sessions):
+        for sid in self.driver.recent_sessions():
             stats = self.index.session_stats(sid)
-            if stats is None:  # evicted by the index
-                del self._sessions[sid]
-                continue
-            sessions[sid] = dataclasses.asdict(stats)
+            if stats is not None:
+                sessions[sid] = dataclasses.asdict(stats)
         return {
-            "engine": dict(self._counters),
+            "engine": dict(self.driver.counters),
             "index": dataclasses.asdict(self.index.stats()),
             "sessions": sessions,
         }
@@ -370,3 +266,23 @@ _PUBLISH_COST_FACTOR = 20
 def _as_id(value: Any) -> str | None:
     """An id from ``extra_args``; the middleware has validated it (non-empty string)."""
     return value if isinstance(value, str) and value else None
+
+
+def _seeds(req_id: str, raw: Any) -> tuple[TokenSeed, ...]:
+    """The seeds the middleware put into ``extra_args`` (a JSON list of token-id seeds)."""
+    if not raw:
+        return ()
+    try:
+        items = json.loads(raw) if isinstance(raw, str) else raw
+        return tuple(
+            TokenSeed(
+                tuple(int(t) for t in item.get("token_ids", ())),
+                wire.SeedScope(item.get("scope", wire.SeedScope.SESSION)),
+                wire.SeedKind(item.get("kind", wire.SeedKind.PRIOR_TURN)),
+            )
+            for item in items
+            if isinstance(item, dict)
+        )
+    except (TypeError, ValueError):
+        logger.warning("request %s: ignoring malformed %s", req_id, wire.XARG_SEEDS)
+        return ()

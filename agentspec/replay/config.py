@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentspec.replay.cost import CostModel
-from agentspec.replay.proposer import ProposerSettings
+from agentspec.replay.settings import ProposerSettings
 
 DEFAULT_PROPOSERS = ("none", "vllm-ngram", "vllm-suffix", "agentspec", "oracle")
 #: Proposers whose state spans calls and that are pinned by group by default.

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
-from agentspec.policy import DraftPolicy
 from agentspec.replay.calls import CallSpec
+from agentspec.replay.settings import ProposerSettings  # re-exported; defined apart, without numpy
 
 
 @dataclass(slots=True)
@@ -66,37 +65,6 @@ class Proposer(Protocol):
     def memory_bytes(self) -> int:
         """Current index memory in bytes (an estimate; 0 if it keeps none)."""
         ...
-
-
-class ProposerSettings(BaseModel):
-    """Knobs the built-in proposers read (vLLM's defaults where vLLM has one).
-
-    vLLM has no default ``num_speculative_tokens`` for ngram (and falls back to
-    n = 5..5 when neither lookup bound is given); k = 8, n = 2..5 is the common
-    configuration and the one the project's measurements use.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    # vLLM ngram: num_speculative_tokens, prompt_lookup_min / prompt_lookup_max.
-    ngram_k: int = 8
-    ngram_min: int = 2
-    ngram_max: int = 5
-    #: "auto" (vLLM's own function when vLLM is importable), "vllm" or "numpy".
-    ngram_impl: Literal["auto", "vllm", "numpy"] = "auto"
-    # vLLM suffix: SpeculativeConfig.suffix_decoding_* defaults in vLLM 0.32.
-    suffix_depth: int = 24
-    suffix_tokens: int = 24
-    suffix_factor: float = 1.0
-    suffix_min_prob: float = 0.1
-    suffix_cached_requests: int = 10000
-    # Oracle: tree speculation over a global index of everything seen.
-    oracle_depth: int = 64
-    oracle_nodes: int = 256
-    #: agentspec's draft policy (None = the index's defaults).
-    agentspec_policy: DraftPolicy | None = None
-    #: Free-form settings for proposers registered by others.
-    extra: dict[str, Any] = Field(default_factory=dict)
 
 
 @runtime_checkable

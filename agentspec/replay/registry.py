@@ -27,7 +27,7 @@ ENTRY_POINT_GROUP = "agentspec.replay_proposers"
 
 
 def builtin_proposers() -> dict[str, ProposerFactory]:
-    from agentspec.replay.agentspec_proposer import make_agentspec
+    from agentspec.replay.driver_proposer import make_agentspec
     from agentspec.replay.baselines import make_none, make_oracle, make_vllm_ngram, make_vllm_suffix
 
     return {

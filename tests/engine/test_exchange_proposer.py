@@ -79,10 +79,10 @@ def _finish_a_call(a) -> None:
 def test_outputs_cross_to_the_other_replica(tmp_path: Path, clock: _Clock) -> None:
     a, b = _proposer(tmp_path, "proposer-dp0"), _proposer(tmp_path, "proposer-dp1")
     b.on_step_end(idle=True)  # polls at t=0: nothing yet
-    assert b._counters.get("exchange_received_total", 0) == 0
+    assert b.driver.counters.get("exchange_received_total", 0) == 0
 
     _finish_a_call(a)
-    assert a._counters["exchange_published_total"] == 1
+    assert a.driver.counters["exchange_published_total"] == 1
     before = b.index.stats().global_tokens
     clock.now = 0.3
     b.on_step_end(idle=True)  # within the interval: no poll
@@ -90,8 +90,8 @@ def test_outputs_cross_to_the_other_replica(tmp_path: Path, clock: _Clock) -> No
     clock.now = 0.6
     b.on_step_end(idle=True)
     assert b.index.stats().global_tokens == before + len(OUTPUT)
-    assert b._counters["exchange_received_total"] == 1
-    assert b._counters["exchange_received_tokens_total"] == len(OUTPUT)
+    assert b.driver.counters["exchange_received_total"] == 1
+    assert b.driver.counters["exchange_received_tokens_total"] == len(OUTPUT)
     assert b.snapshot()["engine"]["exchange_received_tokens_total"] == len(OUTPUT)
 
     # A call on B whose context ends with the start of A's output drafts its continuation
@@ -103,7 +103,7 @@ def test_outputs_cross_to_the_other_replica(tmp_path: Path, clock: _Clock) -> No
     # Nothing comes back to A but B's own outputs, once B finishes.
     clock.now = 1.2
     a.on_step_end(idle=True)
-    assert a._counters.get("exchange_received_total", 0) == 0
+    assert a.driver.counters.get("exchange_received_total", 0) == 0
 
 
 def test_off_unless_alone_in_its_parallel_groups(
@@ -113,5 +113,5 @@ def test_off_unless_alone_in_its_parallel_groups(
         a = _proposer(tmp_path, "proposer-dp0", exchange_ok=False)
     assert "corpus exchange is off" in caplog.text
     _finish_a_call(a)
-    assert "exchange_published_total" not in a._counters
+    assert "exchange_published_total" not in a.driver.counters
     assert list(tmp_path.iterdir()) == []

@@ -44,3 +44,40 @@ def test_exchange_only_for_a_rank_alone_in_its_groups(tp: int, pp: int, alone: b
     parallel = SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=pp)
     runner = SimpleNamespace(vllm_config=SimpleNamespace(parallel_config=parallel))
     assert plugin._is_alone_in_group(runner) is alone
+
+
+def test_v2_model_runner_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The V2 runner never calls the patched V1 code: agentspec would not be in the loop.
+    monkeypatch.setenv(config.ENV_CONFIG, "{}")
+    monkeypatch.setenv(plugin.V2_RUNNER_ENV, "1")
+    with pytest.raises(plugin.UnsupportedVLLMError, match=r"VLLM_USE_V2_MODEL_RUNNER=1") as err:
+        plugin.register()
+    # The message says what to do: drop the variable, or run vLLM without agentspec.
+    assert f"Unset {plugin.V2_RUNNER_ENV}" in str(err.value)
+    assert f"unset {config.ENV_CONFIG}" in str(err.value)
+
+
+@pytest.mark.parametrize("value", [None, "0"])
+def test_v1_model_runner_accepted(monkeypatch: pytest.MonkeyPatch, value: str | None) -> None:
+    monkeypatch.setenv(config.ENV_CONFIG, "{}")
+    if value is None:
+        monkeypatch.delenv(plugin.V2_RUNNER_ENV, raising=False)
+    else:
+        monkeypatch.setenv(plugin.V2_RUNNER_ENV, value)
+    # register() goes on to patch the runner (or hook its import): keep both out of this
+    # process, restoring sys.meta_path and patching nothing.
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    patched: list[object] = []
+    monkeypatch.setattr(plugin, "_patch_runner", patched.append)
+    plugin.register()
+    module = sys.modules.get(plugin.RUNNER_MODULE)
+    if module is not None:
+        assert patched == [module]
+    else:
+        assert any(isinstance(f, plugin._PatchOnImport) for f in sys.meta_path)
+
+
+def test_v2_model_runner_ignored_without_agentspec(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(config.ENV_CONFIG, raising=False)
+    monkeypatch.setenv(plugin.V2_RUNNER_ENV, "1")
+    plugin.register()  # a plain vLLM server may run whichever runner it likes

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from agentspec.replay import ProposerSettings, builtin_proposers, make_proposer, proposer_names
-from agentspec.replay.agentspec_proposer import AgentspecProposer
 from agentspec.replay.baselines import NoProposer, TreeOracle
 from agentspec.replay.calls import CallSpec
+from agentspec.replay.driver_proposer import DriverProposer
 from agentspec.replay.simulate import Tally, replay_call
 
 
@@ -18,8 +18,14 @@ class FakeIndex:
     def __init__(self) -> None:
         self.log: list[tuple] = []
 
+    config = SimpleNamespace(max_sessions=8)
+
     def start_call(self, call_id, prompt, session_id=None, group_id=None):
         self.log.append(("start", call_id, list(prompt), session_id, group_id))
+        return SimpleNamespace(new_tokens=len(prompt), reused_tokens=0)
+
+    def has_call(self, call_id):
+        return True
 
     def extend_call(self, call_id, tokens):
         self.log.append(("extend", list(tokens)))
@@ -40,7 +46,7 @@ class FakeIndex:
 
 def test_agentspec_adapter_follows_the_index_api() -> None:
     index = FakeIndex()
-    p = AgentspecProposer(index)
+    p = DriverProposer(index)
     spec = CallSpec("c1", "s1", "g1", "t", 0, "src")
     out = [10, 11, 12, 13]
     replay_call(p, spec, np.asarray([1, 2], np.int32), np.asarray(out, np.int32), out, Tally())

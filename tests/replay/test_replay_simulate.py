@@ -235,7 +235,7 @@ def test_exchanging_replicas_draft_each_others_outputs(make_call) -> None:
 
 
 def test_sharing_is_off_unless_started() -> None:
-    from agentspec.replay.agentspec_proposer import make_agentspec
+    from agentspec.replay.driver_proposer import make_agentspec
 
     p = make_agentspec(ProposerSettings())
     spec = CallSpec(call_id="c", session_id="s", group_id=None, trajectory_id="s", turn=0, source="toy")

@@ -13,13 +13,14 @@ copy for the few keys that name a session; ``ChatAgentSpec`` applies it on its e
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config, var_child_runnable_config
+
+from agentspec.wire import ID_RULE, is_valid_id
 
 __all__ = [
     "GROUP_METADATA_KEY",
@@ -36,9 +37,6 @@ __all__ = [
 SESSION_METADATA_KEY: Final = "agentspec_session_id"
 GROUP_METADATA_KEY: Final = "agentspec_group_id"
 THREAD_METADATA_KEY: Final = "thread_id"
-
-# The wire rule of agentspec serve (docs/wire.md): 1-128 chars of [A-Za-z0-9._:@/-].
-_ID_RE: Final = re.compile(r"[A-Za-z0-9._:@/-]{1,128}")
 
 
 @dataclass(frozen=True)
@@ -66,8 +64,8 @@ def check_id(field: str, value: object) -> str:
         msg = f"{field} must be a string, got {type(value).__name__}"
         raise ValueError(msg)  # noqa: TRY004 - pydantic validators must raise ValueError
     text = str(value)
-    if _ID_RE.fullmatch(text) is None:
-        msg = f"{field} must be 1-128 characters of [A-Za-z0-9._:@/-], got {text!r}"
+    if not is_valid_id(text):
+        msg = f"{field} must be {ID_RULE}, got {text!r}"
         raise ValueError(msg)
     return text
 
@@ -80,7 +78,7 @@ def derived_id(value: object) -> str:
     the user's graph.
     """
     text = str(value)
-    if _ID_RE.fullmatch(text) is not None:
+    if is_valid_id(text):
         return text
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
     return f"lg-{digest}"

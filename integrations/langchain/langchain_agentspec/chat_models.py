@@ -23,7 +23,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Self, TypeVar
+from typing import Any, Final, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -37,6 +37,7 @@ from langchain_openai import ChatOpenAI
 from pydantic import Field, PrivateAttr, SecretStr, model_validator
 
 from agentspec.client import Seed, ServerRefusedError, SessionNotFoundError, SessionStats
+from agentspec.wire import GROUP_HEADER, SEEDS_FIELD, SESSION_HEADER, SESSION_STATS_PATH, SeedKind, SeedScope
 
 from ._backends import BackendPool, is_backend_failure, normalise_backend
 from ._ids import CallIds, check_id, resolve_ids, run_metadata, with_session_metadata
@@ -46,10 +47,6 @@ __all__ = ["AgentSpecSession", "ChatAgentSpec", "merge_extra_body"]
 
 logger = logging.getLogger(__name__)
 
-SESSION_HEADER: Final = "X-Session-Id"
-GROUP_HEADER: Final = "X-Group-Id"
-SEEDS_FIELD: Final = "agentspec_seeds"
-STATS_PATH: Final = "/agentspec/v1/sessions/"
 BASE_URL_ENV: Final = "AGENTSPEC_BASE_URL"
 API_KEY_ENV: Final = "AGENTSPEC_API_KEY"
 # vLLM accepts any key unless started with --api-key; the OpenAI SDK insists on one.
@@ -57,8 +54,6 @@ _NO_KEY: Final = "EMPTY"
 # How many sessions' last backend is remembered for get_session_stats().
 _MAX_REMEMBERED_SESSIONS: Final = 10_000
 
-SeedKind = Literal["prior_turn", "repair_attempt", "sibling_output", "document"]
-SeedScope = Literal["session", "group"]
 _T = TypeVar("_T")
 
 
@@ -335,8 +330,8 @@ class ChatAgentSpec(ChatOpenAI):
         self,
         content: str | Sequence[int],
         *,
-        kind: SeedKind = "prior_turn",
-        scope: SeedScope = "session",
+        kind: SeedKind | str = SeedKind.PRIOR_TURN,
+        scope: SeedScope | str = SeedScope.SESSION,
         session_id: str | None = None,
     ) -> None:
         """Put text (or token ids) into a session's draft index with its next call.
@@ -430,7 +425,7 @@ class ChatAgentSpec(ChatOpenAI):
     @staticmethod
     def _stats_url(backend: str, session_id: str) -> str:
         # Ids may hold '/', which must not split the path.
-        return f"{backend}{STATS_PATH}{quote(session_id, safe='')}"
+        return f"{backend}{SESSION_STATS_PATH}{quote(session_id, safe='')}"
 
     def _stats_headers(self, session_id: str) -> dict[str, str]:
         headers = dict(self.default_headers or {})
@@ -690,8 +685,8 @@ class AgentSpecSession:
         self,
         content: str | Sequence[int],
         *,
-        kind: SeedKind = "prior_turn",
-        scope: SeedScope = "session",
+        kind: SeedKind | str = SeedKind.PRIOR_TURN,
+        scope: SeedScope | str = SeedScope.SESSION,
     ) -> None:
         """See :meth:`ChatAgentSpec.add_seed`."""
         self.model.add_seed(content, kind=kind, scope=scope, session_id=self.session_id)

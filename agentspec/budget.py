@@ -14,7 +14,7 @@ full drafts up to ``B_full`` (default 8), halving per doubling of the batch, non
 ``B_off`` (default 64). With ``B_off`` at 64, a k=32 budget is 16 at 9–16 requests, 8 at
 17–32 and 4 at 33–64. The rule is deliberately simple and monotone; a profile-driven
 rule (measured step time vs. tokens) can replace :meth:`BatchBudget.tokens_for` without
-touching the proposer.
+touching the driver (:mod:`agentspec.driver`) that applies it.
 """
 
 from __future__ import annotations

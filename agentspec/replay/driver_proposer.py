@@ -1,10 +1,9 @@
-"""The agentspec draft index as a replay proposer.
+"""agentspec as a replay proposer: the server's own :class:`~agentspec.driver.RequestDriver`.
 
-The same :class:`agentspec.index.DraftIndex` the vLLM plugin runs, driven the same
-way: ``start_call`` with the call's session and group, ``extend_call`` with every
-step's emitted tokens, ``propose``, ``record_verification`` and ``finish_call``.
-The index sees only the prompt it is given, so under ``--window`` it keeps what
-the condenser dropped only if its session level retained it.
+The replay drives the same driver over the same :class:`~agentspec.index.DraftIndex` as the
+vLLM proposer, so what the benchmark prints is what the server's drafting logic delivers.
+The index sees only the prompt it is given, so under ``--window`` it keeps what the
+condenser dropped only if its session level retained it.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from agentspec.driver import RequestDriver, RequestSpec
 from agentspec.replay.calls import CallSpec
 from agentspec.replay.proposer import EMPTY_DRAFT, Draft, Proposer, ProposerSettings
 
@@ -21,32 +21,40 @@ if TYPE_CHECKING:
     from agentspec.index import DraftIndex
 
 
-class AgentspecProposer:
+class DriverProposer:
+    """One replica's agentspec drafting, through the engine's request driver.
+
+    Replayed calls have no seeds and no stop tokens of their own (the recorded output ends
+    where it ended), and one call runs at a time, so the batch budget never cuts a draft.
+    """
+
     def __init__(self, index: DraftIndex) -> None:
-        self.index = index
+        self.driver = RequestDriver(index)
         self._shared: list[np.ndarray] | None = None  # None: not sharing
 
+    @property
+    def index(self) -> DraftIndex:
+        return self.driver.index
+
     def begin_call(self, call: CallSpec, prompt: np.ndarray) -> None:
-        self.index.start_call(call.call_id, prompt, session_id=call.session_id, group_id=call.group_id)
+        self.driver.admit(call.call_id, RequestSpec(session_id=call.session_id, group_id=call.group_id))
+        self.driver.begin(call.call_id, prompt)
 
     def observe(self, call_id: str, tokens: np.ndarray) -> None:
-        self.index.extend_call(call_id, tokens)
+        self.driver.advance(call_id, tokens)
 
     def propose(self, call_id: str, context: np.ndarray) -> Draft:
         # The index holds the call's context itself; ``context`` is not needed.
-        d = self.index.propose(call_id)
-        return Draft(d.token_ids) if d.token_ids else EMPTY_DRAFT
+        d = self.driver.draft(call_id)
+        return Draft(d.token_ids) if d is not None and d.token_ids else EMPTY_DRAFT
 
     def verified(self, call_id: str, drafted: int, accepted: int) -> None:
-        if drafted:
-            self.index.record_verification(call_id, drafted=drafted, accepted=accepted)
+        self.driver.verified(call_id, accepted)
 
     def end_call(self, call_id: str) -> None:
-        if self._shared is not None:
-            out = self.index.shared_output(call_id)
-            if out is not None and len(out):
-                self._shared.append(out)
-        self.index.finish_call(call_id)
+        out = self.driver.release(call_id, share=self._shared is not None)
+        if self._shared is not None and out is not None and len(out):
+            self._shared.append(out)
 
     def start_sharing(self) -> None:
         if self._shared is None:
@@ -75,4 +83,4 @@ def make_agentspec_index(settings: ProposerSettings) -> DraftIndex:
 
 
 def make_agentspec(settings: ProposerSettings) -> Proposer:
-    return AgentspecProposer(make_agentspec_index(settings))
+    return DriverProposer(make_agentspec_index(settings))

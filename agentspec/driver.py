@@ -1,0 +1,249 @@
+"""One stream of requests through the draft index: what the server and the replay both run.
+
+The vLLM proposer (:mod:`agentspec.engine.proposer`) and the replay benchmark's
+``agentspec`` proposer drive the index only through :class:`RequestDriver`, so a replay
+figure comes from the server's own drafting logic: the same seeds, the same clipping at a
+request's stop, the same verification records (which calibrate the levels) and the same
+batch budget. Per request::
+
+    admit(req_id, RequestSpec)        seeds go in at once; a seed-only request is never drafted
+    begin(req_id, prompt, generated)  its prompt is indexed (only what its session lacks)
+    verified(req_id, accepted)        how much of its last draft the target accepted
+    advance(req_id, emitted)          the tokens a step emitted, clipped at the stop
+    draft(req_id, max_tokens)         the next draft, or None
+    release(req_id)                   finished or aborted
+
+Like the index it imports nothing of vLLM, HTTP or a framework, and is single-threaded.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agentspec.budget import BatchBudget
+from agentspec.errors import DraftIndexError
+from agentspec.index import CallStart, Draft, DraftIndex
+from agentspec.wire import SeedKind, SeedScope
+
+__all__ = ["RequestDriver", "RequestSpec", "SeedOutcome", "TokenSeed"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenSeed:
+    """A seed as the engine receives it: token ids, where they go and why."""
+
+    token_ids: tuple[int, ...]
+    scope: SeedScope = SeedScope.SESSION
+    kind: SeedKind = SeedKind.PRIOR_TURN
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """What is known of a request when it arrives."""
+
+    session_id: str | None = None
+    group_id: str | None = None
+    seeds: tuple[TokenSeed, ...] = ()
+    #: The scheduler's stop conditions, so the index holds exactly the output the client
+    #: gets: in the step a request finishes, the engine still reports every accepted token.
+    max_tokens: int | None = None
+    stop_ids: frozenset[int] = frozenset()
+    #: It only carries seeds (``POST /agentspec/v1/seeds``): its own tokens are not the
+    #: session's text, so it is neither indexed nor drafted.
+    seed_only: bool = False
+
+
+@dataclass(slots=True)
+class _Request:
+    spec: RequestSpec
+    begun: bool = False
+    disabled: bool = False  # the index refused it, or it is seed-only: no drafts
+    done: bool = False  # its stop was emitted
+    output_len: int = 0
+    last_draft_len: int = 0
+
+    def clip(self, tokens: Iterable[int]) -> list[int]:
+        """The prefix of newly emitted ``tokens`` the scheduler keeps."""
+        kept: list[int] = []
+        spec = self.spec
+        for tok in map(int, tokens):
+            if self.done:
+                break
+            kept.append(tok)
+            self.output_len += 1
+            if tok in spec.stop_ids or (spec.max_tokens is not None and self.output_len >= spec.max_tokens):
+                self.done = True
+        return kept
+
+
+@dataclass(slots=True)
+class SeedOutcome:
+    """What :meth:`RequestDriver.admit` did with a request's seeds."""
+
+    seeded_tokens: int = 0
+    refused: list[tuple[TokenSeed, str]] = field(default_factory=list)
+    """Seeds the index refused (over its budgets), with the reason."""
+
+
+class RequestDriver:
+    """Drives one :class:`~agentspec.index.DraftIndex` for a stream of requests.
+
+    ``budget`` limits draft length by batch size (:meth:`budget_for`); ``counters`` add up
+    what the engine publishes (``calls_started_total``, ``seeded_tokens_total``, ...).
+    Errors of the index (:class:`~agentspec.errors.DraftIndexError`) propagate: the caller
+    decides whether to :meth:`disable` the request.
+    """
+
+    def __init__(self, index: DraftIndex, budget: BatchBudget | None = None) -> None:
+        self.index = index
+        self.budget = budget
+        self.counters: dict[str, float] = {}
+        self._requests: dict[str, _Request] = {}
+        # Sessions seen recently, most recent last; bounded like the index's own LRU.
+        self._sessions: OrderedDict[str, None] = OrderedDict()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __contains__(self, req_id: str) -> bool:
+        return req_id in self._requests
+
+    def admit(self, req_id: str, spec: RequestSpec) -> SeedOutcome:
+        """A request arrived: apply its seeds now, before its first draft."""
+        self._requests[req_id] = req = _Request(spec)
+        outcome = SeedOutcome()
+        for seed in spec.seeds:
+            # A request without a group is its own group: group seeds go to its session.
+            target = (spec.group_id or spec.session_id) if seed.scope is SeedScope.GROUP else spec.session_id
+            if target is None:
+                continue  # the wire refuses this; a direct vllm_xargs user gets no seed
+            where = (
+                {"group_id": target} if seed.scope is SeedScope.GROUP and spec.group_id else {"session_id": target}
+            )
+            try:
+                n = self.index.seed(seed.token_ids, kind=seed.kind, **where)
+            except DraftIndexError as exc:
+                outcome.refused.append((seed, str(exc)))
+                self._count("seed_errors_total")
+                continue
+            outcome.seeded_tokens += n
+            self._count("seeded_tokens_total", n)
+            if spec.session_id is not None:
+                self.touch_session(spec.session_id)
+        if spec.seed_only:
+            req.disabled = True
+            self._count("seed_only_requests_total")
+        return outcome
+
+    def begin(self, req_id: str, prompt: np.ndarray | Sequence[int], generated: Sequence[int] = ()) -> CallStart | None:
+        """Index the request's prompt, and whatever it generated before it was first seen."""
+        req = self._request(req_id)
+        req.begun = True
+        if req.disabled:
+            return None
+        spec = req.spec
+        start = self.index.start_call(req_id, prompt, session_id=spec.session_id, group_id=spec.group_id)
+        if kept := req.clip(generated):
+            self.index.extend_call(req_id, kept)
+        self._count("calls_started_total")
+        self._count("index_new_tokens_total", start.new_tokens)
+        self._count("index_reused_tokens_total", start.reused_tokens)
+        if spec.session_id is not None:
+            self.touch_session(spec.session_id)
+        return start
+
+    def begun(self, req_id: str) -> bool:
+        req = self._requests.get(req_id)
+        return req is not None and req.begun
+
+    def verified(self, req_id: str, accepted: int) -> None:
+        """The target accepted ``accepted`` tokens of the request's last draft."""
+        req = self._request(req_id)
+        if req.disabled or not req.last_draft_len:
+            return
+        drafted = req.last_draft_len
+        self.index.record_verification(req_id, drafted, max(0, min(accepted, drafted)))
+
+    def advance(self, req_id: str, emitted: Iterable[int]) -> None:
+        """The tokens one step emitted (accepted draft tokens and the bonus token)."""
+        req = self._request(req_id)
+        if req.disabled:
+            return
+        self.index.extend_call(req_id, req.clip(emitted))
+
+    def last_draft_len(self, req_id: str) -> int:
+        req = self._requests.get(req_id)
+        return req.last_draft_len if req is not None else 0
+
+    def draft(self, req_id: str, max_tokens: int | None = None) -> Draft | None:
+        """The next draft, at most ``max_tokens`` long (None: the policy's maximum).
+
+        None when the request is disabled, has emitted its stop, or may not draft.
+        """
+        req = self._request(req_id)
+        if req.disabled or req.done or (max_tokens is not None and max_tokens <= 0):
+            req.last_draft_len = 0
+            return None
+        draft = self.index.propose(req_id, max_tokens)
+        req.last_draft_len = len(draft.token_ids)
+        return draft
+
+    def disable(self, req_id: str) -> None:
+        """Run the request without speculation from now on (e.g. the index refused it)."""
+        req = self._requests.setdefault(req_id, _Request(RequestSpec()))
+        req.disabled = True
+        req.last_draft_len = 0
+        if self.index.has_call(req_id):
+            self.index.finish_call(req_id)
+
+    def release(self, req_id: str, *, share: bool = False) -> np.ndarray | None:
+        """The request finished or was aborted. With ``share``, its output as other replicas
+        may index it (None where it must not leave this server)."""
+        self._requests.pop(req_id, None)
+        if not self.index.has_call(req_id):
+            return None
+        out = self.index.shared_output(req_id) if share else None
+        self.index.finish_call(req_id)
+        self._count("calls_finished_total")
+        return out
+
+    # ------------------------------------------------------------------ batch budget
+
+    def budget_for(self, batch_size: int, max_tokens: int) -> int:
+        """Draft tokens per request when ``batch_size`` requests share one step."""
+        budget = max_tokens if self.budget is None else min(self.budget.tokens_for(batch_size), max_tokens)
+        self.counters["draft_budget"] = budget
+        self.counters["batch_size"] = batch_size
+        if self.budget is not None and budget < self.budget.max_tokens:
+            self._count("budget_off_steps_total" if budget == 0 else "budget_limited_steps_total")
+        return budget
+
+    # ------------------------------------------------------------------ statistics
+
+    def touch_session(self, session_id: str) -> None:
+        self._sessions[session_id] = None
+        self._sessions.move_to_end(session_id)
+        while len(self._sessions) > self.index.config.max_sessions:
+            self._sessions.popitem(last=False)
+
+    def recent_sessions(self) -> Iterator[str]:
+        """Sessions seen recently that the index still holds, oldest first."""
+        for sid in list(self._sessions):
+            if self.index.session_stats(sid) is None:  # evicted by the index
+                del self._sessions[sid]
+                continue
+            yield sid
+
+    def _count(self, key: str, n: float = 1) -> None:
+        self.counters[key] = self.counters.get(key, 0) + n
+
+    def _request(self, req_id: str) -> _Request:
+        req = self._requests.get(req_id)
+        if req is None:
+            # Not announced (a replay or engine that skipped admit): draft it as vLLM's
+            # suffix method would, from the call itself and the global corpus.
+            req = self._requests[req_id] = _Request(RequestSpec())
+        return req

@@ -1,0 +1,44 @@
+"""Settings of the built-in replay proposers (:class:`ProposerSettings`).
+
+Apart from :mod:`agentspec.replay.proposer` (which re-exports it) so that the benchmark's
+settings and command line import without numpy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentspec.policy import DraftPolicy
+
+
+class ProposerSettings(BaseModel):
+    """Knobs the built-in proposers read (vLLM's defaults where vLLM has one).
+
+    vLLM has no default ``num_speculative_tokens`` for ngram (and falls back to
+    n = 5..5 when neither lookup bound is given); k = 8, n = 2..5 is the common
+    configuration and the one the project's measurements use.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # vLLM ngram: num_speculative_tokens, prompt_lookup_min / prompt_lookup_max.
+    ngram_k: int = 8
+    ngram_min: int = 2
+    ngram_max: int = 5
+    #: "auto" (vLLM's own function when vLLM is importable), "vllm" or "numpy".
+    ngram_impl: Literal["auto", "vllm", "numpy"] = "auto"
+    # vLLM suffix: SpeculativeConfig.suffix_decoding_* defaults in vLLM 0.32.
+    suffix_depth: int = 24
+    suffix_tokens: int = 24
+    suffix_factor: float = 1.0
+    suffix_min_prob: float = 0.1
+    suffix_cached_requests: int = 10000
+    # Oracle: tree speculation over a global index of everything seen.
+    oracle_depth: int = 64
+    oracle_nodes: int = 256
+    #: agentspec's draft policy (None = the index's defaults).
+    agentspec_policy: DraftPolicy | None = None
+    #: Free-form settings for proposers registered by others.
+    extra: dict[str, Any] = Field(default_factory=dict)

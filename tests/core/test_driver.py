@@ -1,0 +1,123 @@
+"""The request driver (agentspec.driver) over the real draft index: what the vLLM proposer
+and the replay benchmark both run."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agentspec.budget import BatchBudget
+from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
+from agentspec.index import DraftIndex, Level
+from agentspec.policy import IndexConfig
+from agentspec.wire import SeedKind, SeedScope
+
+PROMPT = list(range(1, 30))
+OUTPUT = list(range(100, 140))
+NO_GLOBAL = IndexConfig(global_max_tokens=0)
+
+
+def _driver(config: IndexConfig = NO_GLOBAL, budget: BatchBudget | None = None) -> RequestDriver:
+    return RequestDriver(DraftIndex(config), budget)
+
+
+def test_a_seed_drafts_the_output_it_holds() -> None:
+    d = _driver()
+    outcome = d.admit("r", RequestSpec("s", None, seeds=(TokenSeed(tuple(OUTPUT), kind=SeedKind.REPAIR_ATTEMPT),)))
+    assert outcome.seeded_tokens == len(OUTPUT) and not outcome.refused
+    d.begin("r", PROMPT, OUTPUT[:3])
+    draft = d.draft("r")
+    assert draft is not None and draft.token_ids[:5] == OUTPUT[3:8]
+    assert draft.level is Level.SESSION
+    assert d.counters["seeded_tokens_total"] == len(OUTPUT) and d.counters["calls_started_total"] == 1
+
+
+def test_group_seed_without_a_group_goes_to_the_session() -> None:
+    d = _driver()
+    d.admit("r", RequestSpec("s", None, seeds=(TokenSeed((7, 8, 9), scope=SeedScope.GROUP),)))
+    stats = d.index.session_stats("s")
+    assert stats is not None and stats.seeded_tokens == 3
+    d.admit("q", RequestSpec("t", "g", seeds=(TokenSeed((7, 8, 9), scope=SeedScope.GROUP),)))
+    assert d.index.session_stats("t") is None  # it went to group g, not to session t
+
+
+def test_refused_seeds_are_reported_and_counted() -> None:
+    d = _driver(NO_GLOBAL.model_copy(update={"seed_max_tokens": 4}))
+    outcome = d.admit("r", RequestSpec("s", None, seeds=(TokenSeed(tuple(range(10))), TokenSeed((1, 2)))))
+    assert outcome.seeded_tokens == 2
+    assert len(outcome.refused) == 1 and "seed_max_tokens" in outcome.refused[0][1]
+    assert d.counters["seed_errors_total"] == 1
+
+
+def test_a_seed_only_request_seeds_but_is_neither_indexed_nor_drafted() -> None:
+    d = _driver()
+    d.admit("carrier", RequestSpec("s", None, seeds=(TokenSeed(tuple(OUTPUT)),), seed_only=True))
+    assert d.begin("carrier", [OUTPUT[0]]) is None
+    d.advance("carrier", [5])
+    assert d.draft("carrier") is None
+    assert not d.index.has_call("carrier")
+    stats = d.index.session_stats("s")
+    assert stats is not None and (stats.calls, stats.seeded_tokens, stats.indexed_tokens) == (0, len(OUTPUT), 0)
+    assert d.counters["seed_only_requests_total"] == 1 and "calls_started_total" not in d.counters
+    assert d.release("carrier") is None and "calls_finished_total" not in d.counters
+
+
+def test_output_is_clipped_at_the_stop_and_at_max_tokens() -> None:
+    d = _driver(IndexConfig())  # with the global corpus: outputs are shareable
+    d.admit("r", RequestSpec("s", None, stop_ids=frozenset({OUTPUT[4]})))
+    d.begin("r", PROMPT)
+    d.advance("r", OUTPUT[:8])  # the step emitted past the stop: the scheduler drops the rest
+    assert d.draft("r") is None  # done: no more drafts
+    out = d.release("r", share=True)
+    assert out is not None and list(out) == OUTPUT[:5]
+
+    d.admit("m", RequestSpec("s2", None, max_tokens=3))
+    d.begin("m", PROMPT, OUTPUT[:2])
+    d.advance("m", OUTPUT[2:6])
+    assert list(d.release("m", share=True)) == OUTPUT[:3]
+
+
+def test_verification_is_recorded_against_the_last_draft() -> None:
+    d = _driver()
+    d.admit("a", RequestSpec("s", None))
+    d.begin("a", PROMPT + OUTPUT)
+    d.advance("a", OUTPUT[:2])
+    d.release("a")
+    d.admit("b", RequestSpec("s", None))
+    d.begin("b", [999] + PROMPT)
+    d.advance("b", OUTPUT[:3])
+    draft = d.draft("b", 6)
+    assert draft is not None and len(draft.token_ids) == 6 == d.last_draft_len("b")
+    d.verified("b", 50)  # more than drafted: clamped
+    stats = d.index.session_stats("s")
+    assert stats is not None and (stats.drafted_tokens, stats.accepted_tokens) == (6, 6)
+    assert d.draft("b", 0) is None and d.last_draft_len("b") == 0
+    d.verified("b", 3)  # no draft outstanding: nothing recorded
+    assert d.index.session_stats("s").drafted_tokens == 6
+
+
+def test_batch_budget_shrinks_and_counts() -> None:
+    d = _driver(budget=BatchBudget(8, full_batch=2, off_batch=4))
+    assert d.budget_for(1, 8) == 8 and "budget_limited_steps_total" not in d.counters
+    assert d.budget_for(3, 8) == 4 and d.counters["budget_limited_steps_total"] == 1
+    assert d.budget_for(5, 8) == 0 and d.counters["budget_off_steps_total"] == 1
+    assert d.counters["batch_size"] == 5 and d.counters["draft_budget"] == 0
+    assert _driver().budget_for(100, 8) == 8  # no budget: vLLM's own k
+
+
+def test_disable_finishes_the_call_and_stops_drafting() -> None:
+    d = _driver()
+    d.admit("r", RequestSpec("s", None))
+    d.begin("r", np.asarray(PROMPT + PROMPT[:5], dtype=np.int32))
+    d.disable("r")
+    assert not d.index.has_call("r")
+    assert d.draft("r") is None
+    d.advance("r", [1, 2])  # ignored, not an error
+
+
+def test_recent_sessions_forget_what_the_index_evicted() -> None:
+    d = _driver(NO_GLOBAL.model_copy(update={"max_sessions": 2}))
+    for i in range(3):
+        d.admit(f"r{i}", RequestSpec(f"s{i}", None))
+        d.begin(f"r{i}", PROMPT)
+        d.release(f"r{i}")
+    assert list(d.recent_sessions()) == ["s1", "s2"]

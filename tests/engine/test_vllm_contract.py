@@ -1,0 +1,240 @@
+"""The vLLM internals agentspec's plugin and proposer rely on, pinned in one fast test.
+
+:mod:`agentspec.engine.plugin` and :mod:`agentspec.engine.proposer` read private parts of
+vLLM's V1 model runner. A vLLM upgrade that moves or renames one of them should fail here,
+in seconds and naming the part, rather than as a wrong result in a server test.
+
+How each part is checked, cheapest reliable way first: a class attribute, method or
+property by looking it up; a dataclass field with :func:`dataclasses.fields`; an attribute
+set in ``__init__`` by the source of ``__init__`` (``self.<name> =``); how vLLM calls the
+proposer by the source of the call site. Every check compares with explicit names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm", reason="vllm is not installed: the vLLM contract applies only where it is")
+
+from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer  # noqa: E402
+from vllm.v1.worker import gpu_model_runner  # noqa: E402
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: E402
+
+from agentspec.engine import plugin  # noqa: E402
+from agentspec.engine.proposer import AgentspecProposer  # noqa: E402
+
+
+def _params(func: Any) -> list[str]:
+    # unwrap: the plugin's wrapper (functools.wraps) or vLLM's decorators stand in front.
+    return list(inspect.signature(inspect.unwrap(func)).parameters)
+
+
+def _set_in_init(cls: type, name: str) -> bool:
+    """Whether ``cls.__init__`` assigns ``self.<name>`` (annotated or not)."""
+    source = inspect.getsource(inspect.unwrap(cls.__init__))
+    return re.search(rf"^\s*self\.{re.escape(name)}\s*(:[^=\n]*)?=[^=]", source, re.MULTILINE) is not None
+
+
+def _dataclass_fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+# ---------------------------------------------------------------------- the runner (plugin.py)
+
+
+def test_runner_module_path_is_the_one_the_plugin_hooks() -> None:
+    assert gpu_model_runner.__name__ == plugin.RUNNER_MODULE
+
+
+def test_runner_update_states_signature() -> None:
+    # The plugin wraps it and reads scheduler_output before calling the original.
+    assert _params(GPUModelRunner._update_states) == ["self", "scheduler_output"]
+
+
+def test_runner_module_global_suffix_proposer() -> None:
+    # The plugin swaps this module global; the runner must look it up there at run time.
+    if getattr(gpu_model_runner, plugin._PATCHED_ATTR, False):  # patched in this process
+        assert gpu_model_runner.SuffixDecodingProposer is AgentspecProposer
+    else:
+        assert gpu_model_runner.SuffixDecodingProposer is SuffixDecodingProposer
+
+
+def test_runner_builds_the_suffix_drafter_from_the_module_global() -> None:
+    source = inspect.getsource(inspect.unwrap(GPUModelRunner.__init__))
+    assert 'method == "suffix"' in source
+    assert "self.drafter = SuffixDecodingProposer(self.vllm_config)" in source
+
+
+def test_runner_attributes_set_in_init() -> None:
+    # _update_states' wrapper reads self.drafter, self.requests and self.vllm_config.
+    for name in ("drafter", "requests", "vllm_config"):
+        assert _set_in_init(GPUModelRunner, name), f"GPUModelRunner.__init__ no longer sets self.{name}"
+
+
+def test_runner_calls_propose_as_the_override_accepts() -> None:
+    source = inspect.getsource(GPUModelRunner)
+    # The call in the suffix branch: no other branch (elif/else) between the test and the call.
+    branch = r'method == "suffix":(?:(?!\belif\b|\belse\b).)*?'
+    call = re.search(branch + r"self\.drafter\.propose\((.*?)\)", source, re.DOTALL)
+    assert call is not None, "the runner's suffix branch no longer calls self.drafter.propose"
+    args = [a.strip() for a in call.group(1).split(",") if a.strip()]
+    assert args == [
+        "num_spec_tokens_to_schedule",
+        "self.input_batch",
+        "sampled_token_ids",
+        "slot_mappings=slot_mappings",
+    ]
+    # Those arguments bind to the override (three positional, slot_mappings by name).
+    inspect.signature(AgentspecProposer.propose).bind(None, 3, object(), [[1]], slot_mappings=None)
+
+
+def test_cpu_runner_inherits_the_patched_method() -> None:
+    cpu = pytest.importorskip(
+        "vllm.v1.worker.cpu_model_runner", reason="this vLLM build has no CPU runner", exc_type=ImportError
+    )
+    assert issubclass(cpu.CPUModelRunner, GPUModelRunner)
+    # An override of its own would bypass the wrapper the plugin puts on GPUModelRunner.
+    between = cpu.CPUModelRunner.__mro__[: cpu.CPUModelRunner.__mro__.index(GPUModelRunner)]
+    assert [c.__name__ for c in between if "_update_states" in vars(c)] == []
+
+
+def test_scheduler_output_fields() -> None:
+    from vllm.v1.core.sched.output import NewRequestData, SchedulerOutput
+
+    # Dataclasses: their fields are the contract.
+    assert {"finished_req_ids", "scheduled_new_reqs"} <= _dataclass_fields(SchedulerOutput)
+    assert {"req_id", "sampling_params"} <= _dataclass_fields(NewRequestData)
+
+
+def test_parallel_config_and_distributed_helpers() -> None:
+    from vllm.config import ParallelConfig, VllmConfig
+    from vllm.distributed import get_pp_group, get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
+    from vllm.distributed.parallel_state import GroupCoordinator
+
+    assert {"parallel_config", "speculative_config", "model_config"} <= _dataclass_fields(VllmConfig)
+    assert {"tensor_parallel_size", "pipeline_parallel_size", "data_parallel_rank"} <= _dataclass_fields(
+        ParallelConfig
+    )
+    for func in (get_pp_group, get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size):
+        assert _params(func) == [], func.__name__
+    assert _set_in_init(GroupCoordinator, "world_size")
+
+
+# ---------------------------------------------------------------------- the proposer (proposer.py)
+
+
+def test_suffix_proposer_signatures() -> None:
+    assert _params(SuffixDecodingProposer.__init__) == ["self", "vllm_config"]
+    assert _params(SuffixDecodingProposer.propose) == [
+        "self",
+        "num_speculative_tokens",
+        "input_batch",
+        "sampled_token_ids",
+        "slot_mappings",
+    ]
+
+
+def test_override_matches_the_parent_signatures() -> None:
+    parent = inspect.signature(SuffixDecodingProposer.propose).parameters
+    child = inspect.signature(AgentspecProposer.propose).parameters
+    assert [(p.name, p.kind, p.default) for p in child.values()] == [
+        (p.name, p.kind, p.default) for p in parent.values()
+    ]
+    # The runner builds it as the parent: SuffixDecodingProposer(vllm_config); extra ones are optional.
+    parent_init = list(inspect.signature(SuffixDecodingProposer.__init__).parameters.values())
+    child_init = list(inspect.signature(AgentspecProposer.__init__).parameters.values())
+    assert [p.name for p in child_init[: len(parent_init)]] == [p.name for p in parent_init]
+    assert all(p.default is not inspect.Parameter.empty for p in child_init[len(parent_init) :])
+
+
+def test_suffix_proposer_methods() -> None:
+    # AgentspecProposer skips the parent's __init__ (no arctic-inference cache): a new parent
+    # method the runner calls could read state that was never set. Review it, then add it.
+    methods = {name for name, value in vars(SuffixDecodingProposer).items() if callable(value)}
+    assert methods == {"__init__", "propose", "load_model"}
+
+
+def test_speculative_and_model_config_fields() -> None:
+    from vllm.config import ModelConfig, SpeculativeConfig
+
+    assert {
+        "method",
+        "num_speculative_tokens",
+        "suffix_decoding_max_tree_depth",
+        "suffix_decoding_max_spec_factor",
+        "suffix_decoding_min_token_prob",
+    } <= _dataclass_fields(SpeculativeConfig)
+    assert "max_model_len" in _dataclass_fields(ModelConfig)
+
+
+def test_input_batch_fields() -> None:
+    from vllm.v1.worker.gpu_input_batch import InputBatch
+
+    # req_ids is a property; the token arrays are set in __init__ (numpy views of CPU tensors).
+    assert isinstance(inspect.getattr_static(InputBatch, "req_ids"), property)
+    for name in ("num_tokens_no_spec", "num_prompt_tokens", "token_ids_cpu"):
+        assert _set_in_init(InputBatch, name), f"InputBatch.__init__ no longer sets self.{name}"
+
+
+def test_sampling_params_fields() -> None:
+    from vllm import SamplingParams
+
+    # A msgspec struct with a property (eos_token_id): build one and read what the proposer reads.
+    params = SamplingParams(max_tokens=5, stop_token_ids=[7], extra_args={"session_id": "s"})
+    assert params.extra_args == {"session_id": "s"}
+    assert params.max_tokens == 5
+    assert params.stop_token_ids == [7]
+    assert params.eos_token_id is None
+
+
+# ---------------------------------------------------------------------- runner selection (V1 vs V2)
+
+
+def test_v2_runner_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm import envs
+
+    # plugin.check_model_runner reads this variable through vllm.envs.
+    assert plugin.V2_RUNNER_ENV in envs.environment_variables
+    monkeypatch.delenv(plugin.V2_RUNNER_ENV, raising=False)
+    assert envs.VLLM_USE_V2_MODEL_RUNNER is None  # unset: the config decides
+    monkeypatch.setenv(plugin.V2_RUNNER_ENV, "0")
+    assert envs.VLLM_USE_V2_MODEL_RUNNER is False
+    monkeypatch.setenv(plugin.V2_RUNNER_ENV, "1")
+    assert envs.VLLM_USE_V2_MODEL_RUNNER is True
+
+
+def test_runner_choice_follows_the_config_property() -> None:
+    from vllm.config import VllmConfig
+    from vllm.v1.worker.gpu_worker import Worker
+
+    assert isinstance(inspect.getattr_static(VllmConfig, "use_v2_model_runner"), property)
+    assert "envs.VLLM_USE_V2_MODEL_RUNNER" in inspect.getsource(VllmConfig.use_v2_model_runner.fget)
+    # With the variable unset, V2 is not chosen for method "suffix": the env check suffices.
+    assert '"suffix"' in inspect.getsource(VllmConfig._get_v2_model_runner_unsupported_features)
+    # The worker takes the choice from that property and builds V1 from the module patched.
+    assert "self.use_v2_model_runner = vllm_config.use_v2_model_runner" in inspect.getsource(Worker.__init__)
+    make = inspect.getsource(Worker._make_model_runner)
+    assert "if self.use_v2_model_runner:" in make
+    assert f"from {plugin.RUNNER_MODULE} import GPUModelRunner" in make
+
+
+def test_cpu_worker_runner_choice() -> None:
+    cpu = pytest.importorskip(
+        "vllm.v1.worker.cpu_worker", reason="this vLLM build has no CPU worker", exc_type=ImportError
+    )
+    from vllm.v1.worker.gpu_worker import Worker
+
+    # Same flag (inherited from Worker.__init__); V1 is cpu_model_runner.CPUModelRunner.
+    assert issubclass(cpu.CPUWorker, Worker)
+    assert "__init__" not in vars(cpu.CPUWorker) or "super().__init__(" in inspect.getsource(cpu.CPUWorker.__init__)
+    source = inspect.getsource(cpu.CPUWorker.init_device)
+    assert "if self.use_v2_model_runner:" in source
+    assert "CPUModelRunner(self.vllm_config" in source
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+    assert cpu.CPUModelRunner is CPUModelRunner
