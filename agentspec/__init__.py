@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentspec.errors import DraftIndexError, SeedLimitError, UnknownCallError
-    from agentspec.index import CallStart, Draft, DraftIndex, IndexStats, Level, SeedKind, SessionStats
+    from agentspec.index import CallStart, Draft, DraftIndex, IndexStats, Level, ScopeStats
     from agentspec.policy import DraftPolicy, IndexConfig
+    from agentspec.wire import SeedKind
 
     __version__: str
 
@@ -29,13 +30,13 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "DraftIndex": ("agentspec.index", "index"),
     "IndexStats": ("agentspec.index", "index"),
     "Level": ("agentspec.index", "index"),
-    "SeedKind": ("agentspec.index", "index"),
-    "SessionStats": ("agentspec.index", "index"),
+    "ScopeStats": ("agentspec.index", "index"),
     "DraftIndexError": ("agentspec.errors", None),
     "SeedLimitError": ("agentspec.errors", None),
     "UnknownCallError": ("agentspec.errors", None),
     "DraftPolicy": ("agentspec.policy", None),
     "IndexConfig": ("agentspec.policy", None),
+    "SeedKind": ("agentspec.wire", None),
 }
 
 __all__ = [
@@ -47,9 +48,9 @@ __all__ = [
     "IndexConfig",
     "IndexStats",
     "Level",
+    "ScopeStats",
     "SeedKind",
     "SeedLimitError",
-    "SessionStats",
     "UnknownCallError",
     "__version__",
 ]

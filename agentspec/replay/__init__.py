@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from agentspec.replay.calls import CallSpec, ReplayCall, StaticCall, static_call
     from agentspec.replay.config import ReplayConfig, Routing
     from agentspec.replay.cost import CostModel
-    from agentspec.replay.proposer import Draft, Proposer, ProposerFactory
+    from agentspec.replay.proposer import Proposer, ProposerFactory, ReplayDraft
     from agentspec.replay.registry import builtin_proposers, make_proposer, proposer_names
     from agentspec.replay.run import Record, ReplayResult, replay_workloads, run_replay, summarise
     from agentspec.replay.settings import ProposerSettings
@@ -33,9 +33,9 @@ _LAZY: dict[str, str] = {
     "ReplayConfig": "agentspec.replay.config",
     "Routing": "agentspec.replay.config",
     "CostModel": "agentspec.replay.cost",
-    "Draft": "agentspec.replay.proposer",
     "Proposer": "agentspec.replay.proposer",
     "ProposerFactory": "agentspec.replay.proposer",
+    "ReplayDraft": "agentspec.replay.proposer",
     "ProposerSettings": "agentspec.replay.settings",
     "builtin_proposers": "agentspec.replay.registry",
     "make_proposer": "agentspec.replay.registry",
@@ -50,13 +50,13 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "CallSpec",
     "CostModel",
-    "Draft",
     "Proposer",
     "ProposerFactory",
     "ProposerSettings",
     "Record",
     "ReplayCall",
     "ReplayConfig",
+    "ReplayDraft",
     "ReplayResult",
     "Routing",
     "StaticCall",

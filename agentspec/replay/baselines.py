@@ -20,9 +20,9 @@ from agentspec.replay.calls import CallSpec
 from agentspec.replay.ngram import ngram_drafter
 from agentspec.replay.proposer import (
     EMPTY_DRAFT,
-    Draft,
     Proposer,
     ProposerSettings,
+    ReplayDraft,
 )
 
 
@@ -35,7 +35,7 @@ class NoProposer:
     def observe(self, call_id: str, tokens: np.ndarray) -> None:
         pass
 
-    def propose(self, call_id: str, context: np.ndarray) -> Draft:
+    def propose(self, call_id: str, context: np.ndarray) -> ReplayDraft:
         return EMPTY_DRAFT
 
     def verified(self, call_id: str, drafted: int, accepted: int) -> None:
@@ -59,9 +59,9 @@ class VllmNgramProposer(NoProposer):
         # Compile now (vLLM does the same at start-up) so no step pays numba's JIT.
         self._fn(np.zeros(max_n + 2, dtype=np.int32), min_n, max_n, k)
 
-    def propose(self, call_id: str, context: np.ndarray) -> Draft:
+    def propose(self, call_id: str, context: np.ndarray) -> ReplayDraft:
         draft = self._fn(context, self.min_n, self.max_n, self.k)
-        return Draft(draft.tolist()) if draft.size else EMPTY_DRAFT
+        return ReplayDraft(draft.tolist()) if draft.size else EMPTY_DRAFT
 
 
 class VllmSuffixProposer(NoProposer):
@@ -94,7 +94,7 @@ class VllmSuffixProposer(NoProposer):
     def observe(self, call_id: str, tokens: np.ndarray) -> None:
         self.cache.add_active_response(call_id, tokens)
 
-    def propose(self, call_id: str, context: np.ndarray) -> Draft:
+    def propose(self, call_id: str, context: np.ndarray) -> ReplayDraft:
         d = self.cache.speculate(
             call_id,
             context[-self.depth :],
@@ -102,7 +102,7 @@ class VllmSuffixProposer(NoProposer):
             max_spec_factor=self.factor,
             min_token_prob=self.min_prob,
         )
-        return Draft(d.token_ids) if d.token_ids else EMPTY_DRAFT
+        return ReplayDraft(d.token_ids) if d.token_ids else EMPTY_DRAFT
 
     def end_call(self, call_id: str) -> None:
         self.cache.stop_request(call_id)
@@ -180,9 +180,9 @@ class TreeOracle(NoProposer):
         self.tree.extend_ndarray(stream.seq, tokens)
         stream.append(tokens)
 
-    def propose(self, call_id: str, context: np.ndarray) -> Draft:
+    def propose(self, call_id: str, context: np.ndarray) -> ReplayDraft:
         d = self.tree.speculate_ndarray(context[-self.depth :], self.nodes, float(self.nodes), 0.0, 0.0, True)
-        return Draft(d.token_ids, d.parents) if d.token_ids else EMPTY_DRAFT
+        return ReplayDraft(d.token_ids, d.parents) if d.token_ids else EMPTY_DRAFT
 
     def end_call(self, call_id: str) -> None:
         del self._calls[call_id]

@@ -15,7 +15,7 @@ import numpy as np
 
 from agentspec.driver import RequestDriver, RequestSpec
 from agentspec.replay.calls import CallSpec
-from agentspec.replay.proposer import EMPTY_DRAFT, Draft, Proposer, ProposerSettings
+from agentspec.replay.proposer import EMPTY_DRAFT, Proposer, ProposerSettings, ReplayDraft
 
 if TYPE_CHECKING:
     from agentspec.index import DraftIndex
@@ -43,10 +43,10 @@ class DriverProposer:
     def observe(self, call_id: str, tokens: np.ndarray) -> None:
         self.driver.advance(call_id, tokens)
 
-    def propose(self, call_id: str, context: np.ndarray) -> Draft:
+    def propose(self, call_id: str, context: np.ndarray) -> ReplayDraft:
         # The index holds the call's context itself; ``context`` is not needed.
         d = self.driver.draft(call_id)
-        return Draft(d.token_ids) if d is not None and d.token_ids else EMPTY_DRAFT
+        return ReplayDraft(d.token_ids) if d is not None and d.token_ids else EMPTY_DRAFT
 
     def verified(self, call_id: str, drafted: int, accepted: int) -> None:
         self.driver.verified(call_id, accepted)

@@ -23,8 +23,11 @@ from agentspec.replay.settings import ProposerSettings  # re-exported; defined a
 
 
 @dataclass(slots=True)
-class Draft:
-    """Draft tokens for the next step.
+class ReplayDraft:
+    """Draft tokens for the next step, as the replay verifies them.
+
+    (Not the index's :class:`agentspec.index.Draft`, which also carries the tokens'
+    probabilities, a score and the level it came from.)
 
     A linear draft has ``parents=None``. A tree draft (used by the oracle) gives
     each node's parent index (``-1`` for a child of the current position); the
@@ -35,7 +38,7 @@ class Draft:
     parents: Sequence[int] | None = None
 
 
-EMPTY_DRAFT = Draft()
+EMPTY_DRAFT = ReplayDraft()
 
 
 @runtime_checkable
@@ -50,7 +53,7 @@ class Proposer(Protocol):
         """The tokens a step emitted (accepted draft tokens + the bonus token)."""
         ...
 
-    def propose(self, call_id: str, context: np.ndarray) -> Draft:
+    def propose(self, call_id: str, context: np.ndarray) -> ReplayDraft:
         """Draft the next tokens; ``context`` is prompt + output so far (int32 view)."""
         ...
 

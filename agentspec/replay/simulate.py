@@ -20,7 +20,7 @@ import numpy as np
 
 from agentspec.replay.calls import CallSpec, ReplayCall, SourceWorkload
 from agentspec.replay.config import Routing
-from agentspec.replay.proposer import Draft, Proposer, SharesOutputs
+from agentspec.replay.proposer import Proposer, ReplayDraft, SharesOutputs
 
 _now = time.perf_counter_ns
 
@@ -170,7 +170,7 @@ def replay_call(
     index_ns = _now() - t0
     while pos < n_out:
         t1 = _now()
-        draft: Draft = proposer.propose(cid, context[: p_len + pos])
+        draft: ReplayDraft = proposer.propose(cid, context[: p_len + pos])
         t2 = _now()
         propose_ns += t2 - t1
         proposals += 1

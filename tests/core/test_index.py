@@ -265,8 +265,9 @@ def test_eviction_keeps_every_level_within_budget_and_leaves_no_state():
             index.start_call(call, rng.integers(0, 1000, size=300 * (turn + 1)), session_id=sid, group_id=f"g{s % 7}")
             index.extend_call(call, rng.integers(0, 1000, size=50))
             index.finish_call(call)
-            assert index._global.tokens <= cfg.global_max_tokens
-            assert index.held_tokens - index._global.tokens <= cfg.sessions_max_tokens
+            global_tokens = index.stats().global_tokens
+            assert global_tokens <= cfg.global_max_tokens
+            assert index.held_tokens - global_tokens <= cfg.sessions_max_tokens
         stats = index.stats()
         assert stats.sessions + stats.groups <= cfg.max_sessions
     stats = index.stats()

@@ -7,7 +7,7 @@ import numpy as np
 from agentspec.replay import ReplayConfig, replay_workloads
 from agentspec.replay.calls import CallSpec
 from agentspec.replay.config import Routing
-from agentspec.replay.proposer import Draft, Proposer, ProposerSettings
+from agentspec.replay.proposer import Proposer, ProposerSettings, ReplayDraft
 from agentspec.replay.simulate import (
     Tally,
     accept_linear,
@@ -33,9 +33,9 @@ class Scripted:
     def observe(self, call_id: str, tokens: np.ndarray) -> None:
         self.observed.append(tokens.tolist())
 
-    def propose(self, call_id: str, context: np.ndarray) -> Draft:
+    def propose(self, call_id: str, context: np.ndarray) -> ReplayDraft:
         self.contexts.append(len(context))
-        return Draft(self.drafts.pop(0) if self.drafts else [])
+        return ReplayDraft(self.drafts.pop(0) if self.drafts else [])
 
     def verified(self, call_id: str, drafted: int, accepted: int) -> None:
         self.verdicts.append((drafted, accepted))
@@ -176,9 +176,9 @@ class _CopyLastOutput:
     def observe(self, call_id, tokens) -> None:
         self.current.extend(int(t) for t in tokens)
 
-    def propose(self, call_id, context) -> Draft:
+    def propose(self, call_id, context) -> ReplayDraft:
         done = len(self.current)
-        return Draft(self.last[done:]) if self.last[:done] == self.current else Draft([])
+        return ReplayDraft(self.last[done:]) if self.last[:done] == self.current else ReplayDraft([])
 
     def verified(self, call_id, drafted, accepted) -> None:
         pass

@@ -1,0 +1,384 @@
+"""The :class:`DraftIndex` facade: calls, drafting across levels, seeds and statistics.
+
+It owns the active calls, the global corpus, the per-level counters and the level
+calibration; the sessions and groups live in a :class:`~agentspec.index.scopes.ScopeTable`,
+and a session's streams are matched and extended by :mod:`agentspec.index.streams`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agentspec.calibration import LevelCalibration
+from agentspec.corpus import EMPTY_TREE_DRAFT, Corpus, TreeDraft
+from agentspec.errors import DraftIndexError, SeedLimitError, UnknownCallError
+from agentspec.index.scopes import Scope, ScopeKey, ScopeKind, ScopeTable
+from agentspec.index.streams import Stream
+from agentspec.index.types import CallStart, Draft, IndexStats, Level, ScopeStats
+from agentspec.policy import IndexConfig
+from agentspec.tokens import as_token_array
+from agentspec.wire import SeedKind
+
+__all__ = ["DraftIndex"]
+
+
+@dataclass(slots=True, eq=False)
+class _Call:
+    call_id: Hashable
+    session: Scope
+    stream: Stream
+    group: Scope | None
+    group_seq: int | None  # the sequence of the group's call text it appends to
+    global_seq: int | None  # the sequence of the global corpus it appends to
+    last_level: Level = Level.NONE
+    last_probs: list[float] = field(default_factory=list)
+    output_start: int = 0  # where the call's output begins in its stream
+
+
+@dataclass(slots=True)
+class _LevelCounts:
+    """What one level supplied: drafts, their tokens, and the tokens the target accepted."""
+
+    drafts: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+
+
+class DraftIndex:
+    """Session-aware suffix index: start a call, draft, extend with what was produced, finish.
+
+    >>> index = DraftIndex()
+    >>> _ = index.start_call("c1", [1, 2, 3, 4, 1, 2], session_id="s")
+    >>> index.propose("c1").token_ids
+    [3, 4, 1, 2]
+    >>> index.finish_call("c1")
+    """
+
+    def __init__(self, config: IndexConfig | None = None) -> None:
+        self.config = config or IndexConfig()
+        self._max_depth = self.config.policy.max_depth
+        self._calls: dict[Hashable, _Call] = {}
+        self._scopes = ScopeTable(self.config)
+        self._global_text = Corpus(self._max_depth)
+        self._global_written: set[int] = set()  # sequences of the global corpus active calls append to
+        self._global_evicted_tokens = 0
+        self._level_counts = {lvl.value: _LevelCounts() for lvl in Level if lvl is not Level.NONE}
+        self._calibration = LevelCalibration() if self.config.policy.calibrate_levels else None
+
+    # ------------------------------------------------------------------ calls
+
+    def start_call(
+        self,
+        call_id: Hashable,
+        prompt: Sequence[int] | np.ndarray,
+        *,
+        session_id: str | None = None,
+        group_id: str | None = None,
+    ) -> CallStart:
+        """Begin a call; index the part of ``prompt`` the session does not hold yet."""
+        self._check_hashable(call_id, "call_id")
+        if call_id in self._calls:
+            raise DraftIndexError(f"call {call_id!r} is already active")
+        session_key = self._check_scope_id(session_id, "session_id")
+        group_key = self._check_scope_id(group_id, "group_id")
+        tokens = as_token_array(prompt, "prompt")
+
+        if session_key is None:
+            session = self._scopes.new_call_scope()
+        else:
+            session = self._scopes.use(ScopeKey(ScopeKind.SESSION, session_key))
+        if group_key is not None and group_key == session_key:
+            group_key = None  # a session that is its own group has no separate group level
+        group = self._scopes.use(ScopeKey(ScopeKind.GROUP, group_key)) if group_key is not None else None
+        if group is not None:
+            session.stats.group_id = group_key
+
+        stream, start = self._scopes.attach_stream(session, tokens)
+        stream.writer = call_id
+        session.stats.indexed_tokens += start.new_tokens
+
+        call = _Call(call_id, session, stream, group, None, None, output_start=len(stream.tokens))
+        if group is not None:
+            call.group_seq = group.call_text.new_sequence()
+            group.active_calls[call_id] = call.group_seq
+            group.stats.calls += 1
+        if self._feeds_global(call):
+            call.global_seq = self._global_text.new_sequence()
+            self._global_written.add(call.global_seq)
+        session.active_calls[call_id] = stream.seq_id
+        session.stats.calls += 1
+        session.stats.last_index_new_tokens = start.new_tokens
+        self._calls[call_id] = call
+        self._enforce_budgets(session, group)
+        return start
+
+    def extend_call(self, call_id: Hashable, tokens: Sequence[int] | np.ndarray) -> None:
+        """Append tokens the call produced to its context and to the corpora it feeds."""
+        call = self._call(call_id)
+        arr = as_token_array(tokens, "output tokens")
+        if not len(arr):
+            return
+        call.stream.tokens.append(arr)
+        n = self._scopes.add_text(call.session.call_text, call.stream.seq_id, arr)
+        call.session.stats.indexed_tokens += n
+        if call.group is not None and call.group_seq is not None:
+            self._scopes.add_text(call.group.call_text, call.group_seq, arr)
+        if call.global_seq is not None:
+            self._global_text.extend(call.global_seq, arr)
+        self._enforce_budgets(call.session, call.group)
+
+    def propose(self, call_id: Hashable, max_tokens: int | None = None) -> Draft:
+        """The best draft for the call's current context, at most ``max_tokens`` long."""
+        call = self._call(call_id)
+        policy = self.config.policy
+        budget = policy.max_spec_tokens if max_tokens is None else min(max_tokens, policy.max_spec_tokens)
+        if budget <= 0:
+            call.last_level = Level.NONE
+            return Draft.empty()
+        context = call.stream.tokens.tail(min(self._max_depth, policy.max_match_tokens))
+        best, level = self._best_draft(call, context, budget)
+        call.last_level = level
+        call.last_probs = best.probs
+        if level is Level.NONE:
+            return Draft.empty()
+        counts = self._level_counts[level.value]
+        counts.drafts += 1
+        counts.drafted_tokens += len(best.token_ids)
+        return Draft(best.token_ids, best.probs, best.score, best.match_len, level)
+
+    def record_verification(self, call_id: Hashable, drafted: int, accepted: int) -> None:
+        """Record how many of the last draft's tokens the target model accepted."""
+        call = self._call(call_id)
+        if not 0 <= accepted <= drafted:
+            raise DraftIndexError(f"need 0 <= accepted <= drafted, got accepted={accepted}, drafted={drafted}")
+        if drafted == 0:
+            return
+        for scope in (call.session, call.group):
+            if scope is not None:
+                scope.stats.draft_steps += 1
+                scope.stats.drafted_tokens += drafted
+                scope.stats.accepted_tokens += accepted
+        if call.last_level is not Level.NONE:
+            self._level_counts[call.last_level.value].accepted_tokens += accepted
+            if self._calibration is not None:
+                self._calibration.observe(call.last_level.value, sum(call.last_probs[:drafted]), accepted)
+
+    def finish_call(self, call_id: Hashable) -> None:
+        """Release a call, finished or aborted. Its text stays in its session and corpora."""
+        call = self._calls.pop(call_id, None)
+        if call is None:
+            raise UnknownCallError(f"call {call_id!r} is not active (never started, or already finished)")
+        call.stream.writer = None
+        call.session.active_calls.pop(call_id, None)
+        if call.group is not None:
+            call.group.active_calls.pop(call_id, None)
+        if call.global_seq is not None:
+            self._global_written.discard(call.global_seq)
+        if call.session.ephemeral:
+            self._scopes.drop(call.session)
+        self._enforce_budgets()
+
+    def has_call(self, call_id: Hashable) -> bool:
+        return call_id in self._calls
+
+    # ------------------------------------------------------------------ replicas
+
+    def shared_output(self, call_id: Hashable) -> np.ndarray | None:
+        """A copy of what the call has produced so far, if it feeds the global corpus (the
+        text replicas of one model may exchange); ``None`` when ``isolate_groups`` keeps it
+        in its group or the global corpus is off. Ask before :meth:`finish_call`."""
+        call = self._call(call_id)
+        if call.global_seq is None:
+            return None
+        return call.stream.tokens.view(call.output_start).copy()
+
+    def add_peer_output(self, tokens: Sequence[int] | np.ndarray) -> int:
+        """Put a finished output of another replica into the global corpus (oldest text is
+        dropped first beyond ``global_max_tokens``, as for local outputs). Returns the
+        number of tokens added; 0 when the global corpus is off."""
+        arr = as_token_array(tokens, "peer output tokens")
+        if not len(arr) or self.config.global_max_tokens == 0:
+            return 0
+        n = self._global_text.extend(self._global_text.new_sequence(), arr)
+        self._enforce_budgets()
+        return n
+
+    # ------------------------------------------------------------------ seeds
+
+    def seed(
+        self,
+        tokens: Sequence[int] | np.ndarray,
+        *,
+        session_id: str | None = None,
+        group_id: str | None = None,
+        kind: SeedKind | str = SeedKind.PRIOR_TURN,
+    ) -> int:
+        """Put ``tokens`` into a session's or a group's index without generating them.
+
+        Exactly one of ``session_id`` and ``group_id`` names where the seed goes. Returns the
+        number of tokens seeded. Raises :class:`SeedLimitError` over the configured limits.
+        """
+        try:
+            kind = SeedKind(kind)
+        except ValueError:
+            allowed = ", ".join(k.value for k in SeedKind)
+            raise DraftIndexError(f"unknown seed kind {kind!r} (allowed: {allowed})") from None
+        session_key = self._check_scope_id(session_id, "session_id")
+        group_key = self._check_scope_id(group_id, "group_id")
+        if (session_key is None) == (group_key is None):
+            raise DraftIndexError("seed needs exactly one of session_id and group_id")
+        arr = as_token_array(tokens, "seed tokens")
+        cfg = self.config
+        if len(arr) > cfg.seed_max_tokens:
+            raise SeedLimitError(f"seed of {len(arr)} tokens exceeds seed_max_tokens={cfg.seed_max_tokens}")
+        if session_key is not None:
+            key = ScopeKey(ScopeKind.SESSION, session_key)
+        else:
+            key = ScopeKey(ScopeKind.GROUP, group_key)
+        existing = self._scopes.get(key)
+        already = existing.stats.seeded_tokens if existing is not None else 0
+        if already + len(arr) > cfg.seed_max_total_tokens:
+            raise SeedLimitError(
+                f"seeding {len(arr)} tokens would bring {key.kind} {key.id!r} to {already + len(arr)}"
+                f" seeded tokens, over seed_max_total_tokens={cfg.seed_max_total_tokens}"
+            )
+        if not len(arr):
+            return 0
+        scope = self._scopes.use(key)
+        self._scopes.add_text(scope.seed_text, scope.seed_text.new_sequence(), arr)
+        scope.stats.seeded_tokens += len(arr)
+        self._enforce_budgets(scope)
+        return len(arr)
+
+    # ------------------------------------------------------------------ introspection
+
+    def session_stats(self, session_id: str) -> ScopeStats | None:
+        """A copy of a session's counters, or ``None`` if the index holds no such session."""
+        return self._scope_stats(ScopeKey(ScopeKind.SESSION, session_id))
+
+    def group_stats(self, group_id: str) -> ScopeStats | None:
+        """A copy of a group's counters, or ``None`` if the index holds no such group."""
+        return self._scope_stats(ScopeKey(ScopeKind.GROUP, group_id))
+
+    def stats(self) -> IndexStats:
+        scopes = self._scopes
+        sessions, groups, call_scopes = scopes.sessions(), scopes.groups(), scopes.call_scopes()
+        memory = self._global_text.memory_bytes() + sum(
+            s.call_text.memory_bytes() + s.seed_text.memory_bytes() for s in scopes
+        )
+        counts = self._level_counts
+        return IndexStats(
+            sessions=len(sessions),
+            groups=len(groups),
+            active_calls=len(self._calls),
+            session_tokens=sum(s.tokens for s in sessions) + sum(s.tokens for s in call_scopes),
+            group_tokens=sum(s.tokens for s in groups),
+            global_tokens=self._global_text.tokens,
+            memory_bytes=memory,
+            evicted_sessions=scopes.evicted_sessions,
+            evicted_groups=scopes.evicted_groups,
+            evicted_tokens=scopes.evicted_tokens + self._global_evicted_tokens,
+            drafts_by_level={k: c.drafts for k, c in counts.items()},
+            drafted_tokens_by_level={k: c.drafted_tokens for k, c in counts.items()},
+            accepted_tokens_by_level={k: c.accepted_tokens for k, c in counts.items()},
+        )
+
+    def level_weights(self) -> dict[str, float]:
+        """The weight each level's draft scores get when levels compete (see
+        :mod:`agentspec.calibration`); empty when ``calibrate_levels`` is off or nothing
+        was verified yet."""
+        return self._calibration.weights() if self._calibration is not None else {}
+
+    @property
+    def held_tokens(self) -> int:
+        """Tokens held by every tree of the index."""
+        return self._scopes.held_tokens + self._global_text.tokens
+
+    # ------------------------------------------------------------------ drafting
+
+    def _best_draft(self, call: _Call, context: np.ndarray, budget: int) -> tuple[TreeDraft, Level]:
+        policy = self.config.policy
+        candidates: list[tuple[Corpus, Level]] = [
+            (call.session.call_text, Level.CALL),
+            (call.session.seed_text, Level.SESSION),
+        ]
+        if call.group is not None:
+            candidates += [(call.group.call_text, Level.GROUP), (call.group.seed_text, Level.GROUP)]
+        if self._drafts_from_global(call):
+            candidates.append((self._global_text, Level.GLOBAL))
+        calibration = self._calibration
+        best: TreeDraft | None = None
+        best_level = Level.NONE
+        best_score = 0.0
+        # Ties go to the more specific level (listed first).
+        for corpus, level in candidates:
+            d = corpus.speculate(context, budget, policy)
+            if not d.token_ids:
+                continue
+            score = d.score if calibration is None else d.score * calibration.weight(level.value)
+            if best is None or score > best_score:
+                best, best_level, best_score = d, level, score
+        return (best, best_level) if best is not None else (EMPTY_TREE_DRAFT, Level.NONE)
+
+    def _feeds_global(self, call: _Call) -> bool:
+        if self.config.global_max_tokens == 0:
+            return False
+        return not (self.config.isolate_groups and call.group is not None)
+
+    def _drafts_from_global(self, call: _Call) -> bool:
+        return self._feeds_global(call)
+
+    # ------------------------------------------------------------------ budgets
+
+    def _enforce_budgets(self, *touched: Scope | None) -> None:
+        """Bring every budget back within its limit; ``touched`` are the scopes that grew."""
+        while self._global_text.tokens > self.config.global_max_tokens:
+            freed = self._global_text.drop_oldest(keep=self._global_written)
+            if not freed:
+                break
+            self._global_evicted_tokens += freed
+        self._scopes.enforce_budgets(*touched)
+
+    # ------------------------------------------------------------------ validation
+
+    def _call(self, call_id: Hashable) -> _Call:
+        try:
+            return self._calls[call_id]
+        except (KeyError, TypeError):
+            raise UnknownCallError(f"call {call_id!r} is not active (never started, or already finished)") from None
+
+    @staticmethod
+    def _check_hashable(value: object, what: str) -> None:
+        try:
+            hash(value)
+        except TypeError:
+            raise DraftIndexError(f"{what} must be hashable, got {type(value).__name__}") from None
+
+    @staticmethod
+    def _check_scope_id(value: object, what: str) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            raise DraftIndexError(f"{what} must be a non-empty string, got {value!r}")
+        return value
+
+    def _scope_stats(self, key: ScopeKey) -> ScopeStats | None:
+        scope = self._scopes.get(key)
+        if scope is None:
+            return None
+        s = scope.stats
+        return ScopeStats(
+            scope_id=s.scope_id,
+            calls=s.calls,
+            draft_steps=s.draft_steps,
+            drafted_tokens=s.drafted_tokens,
+            accepted_tokens=s.accepted_tokens,
+            indexed_tokens=s.indexed_tokens,
+            seeded_tokens=s.seeded_tokens,
+            last_index_new_tokens=s.last_index_new_tokens,
+            held_tokens=scope.tokens,
+            group_id=s.group_id,
+        )

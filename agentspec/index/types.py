@@ -1,0 +1,97 @@
+"""The index's value types: what its methods take and return.
+
+Plain data, no behaviour beyond a derived rate: a :class:`Draft` and the :class:`Level` it
+came from, what starting a call cost (:class:`CallStart`), the counters of one session or
+group (:class:`ScopeStats`) and of the whole index (:class:`IndexStats`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = ["CallStart", "Draft", "IndexStats", "Level", "ScopeStats"]
+
+
+class Level(StrEnum):
+    """Where a draft came from."""
+
+    CALL = "call"
+    SESSION = "session"
+    GROUP = "group"
+    GLOBAL = "global"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """A proposed continuation: ``score`` is the sum of the tokens' estimated probabilities."""
+
+    token_ids: list[int]
+    probs: list[float]
+    score: float
+    match_len: int
+    level: Level
+
+    @classmethod
+    def empty(cls) -> Draft:
+        return cls([], [], 0.0, 0, Level.NONE)
+
+
+@dataclass(frozen=True, slots=True)
+class CallStart:
+    """What starting a call cost the index.
+
+    ``new_tokens`` were indexed for the prompt; ``reused_tokens`` of it were already held
+    by the session's stream; ``rewritten`` says the prompt did not extend any stream of the
+    session (the history was rewritten, or the session is new).
+    """
+
+    new_tokens: int
+    reused_tokens: int
+    rewritten: bool
+
+
+@dataclass(slots=True)
+class ScopeStats:
+    """The counters of one scope, a session or a group, named by ``scope_id``.
+
+    ``group_id`` is, for a session, the group of its latest call that named one; for a
+    group, None.
+    """
+
+    scope_id: str
+    calls: int = 0
+    draft_steps: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    indexed_tokens: int = 0
+    seeded_tokens: int = 0
+    last_index_new_tokens: int = 0
+    held_tokens: int = 0
+    group_id: str | None = None
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+
+@dataclass(slots=True)
+class IndexStats:
+    """Index-wide counters and sizes."""
+
+    sessions: int
+    groups: int
+    active_calls: int
+    session_tokens: int
+    group_tokens: int
+    global_tokens: int
+    #: The trees' own memory estimate, each tree measured again after its size changed by
+    #: 10% (see :meth:`agentspec.corpus.Corpus.memory_bytes`): cheap enough to poll.
+    memory_bytes: int
+    evicted_sessions: int
+    evicted_groups: int
+    evicted_tokens: int
+    drafts_by_level: dict[str, int]
+    drafted_tokens_by_level: dict[str, int]
+    accepted_tokens_by_level: dict[str, int]
