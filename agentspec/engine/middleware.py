@@ -34,6 +34,9 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _STATS_PATH = re.compile("^" + re.escape(wire.SESSION_STATS_PATH) + "(.+)$")
+# Guarded by the server's API key like vLLM's own /v1 routes.
+_AGENTSPEC_PREFIX = "/agentspec/"
+_UNSET: Any = object()
 
 
 class SessionIdMiddleware:
@@ -43,6 +46,9 @@ class SessionIdMiddleware:
         self.app = app
         self.settings = settings or load_settings()
         self.reader = SnapshotReader(Path(self.settings.state_dir)) if self.settings.state_dir else None
+        self._auth: Any = _UNSET
+        self._tokenizers: Any = None  # an anyio CapacityLimiter, made inside the event loop
+        self._guarded: tuple[str, ...] = ()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -50,6 +56,20 @@ class SessionIdMiddleware:
             return
         path: str = scope["path"]
         method: str = scope.get("method", "GET")
+
+        # Only the pure path rewrite happens before authentication, so that
+        # /sessions/<id>/v1/... is guarded exactly as /v1/... is.
+        path_session = None
+        if prefixed := wire.split_session_path(path):
+            path_session, path = prefixed
+            scope = dict(scope, path=path, raw_path=path.encode())
+        if not self._authenticated(scope, path, method):
+            # vLLM's own answer to a missing or wrong key (its AuthenticationMiddleware).
+            await _send_json(send, 401, {"error": "Unauthorized"})
+            return
+        if path_session is not None and not wire.is_valid_id(path_session):
+            await _send_error(send, wire.bad_id("URL /sessions/<id>/"))
+            return
 
         if method == "GET" and (stats := _STATS_PATH.match(path)):
             await self._session_stats(stats.group(1), send)
@@ -62,14 +82,6 @@ class SessionIdMiddleware:
             return
 
         headers = _Headers(scope)
-        path_session = None
-        if prefixed := wire.split_session_path(path):
-            path_session, path = prefixed
-            if not wire.is_valid_id(path_session):
-                await _send_error(send, wire.bad_id("URL /sessions/<id>/"))
-                return
-            scope = dict(scope, path=path, raw_path=path.encode())
-
         if method == "POST" and path == wire.SEEDS_PATH:
             await self._seed_only(scope, receive, send, headers, path_session)
             return
@@ -87,13 +99,46 @@ class SessionIdMiddleware:
             scope = dict(scope, headers=_with_content_length(scope["headers"], len(new_body)))
         await self.app(scope, _replay(new_body, receive), send)
 
+    # ------------------------------------------------------------------ authentication
+
+    def _authenticated(self, scope: Scope, path: str, method: str) -> bool:
+        """vLLM's API-key check, for the paths vLLM guards and for agentspec's own.
+
+        Middlewares given with ``--middleware`` run outside vLLM's authentication, so without
+        this a caller without the key would get agentspec's work (tokenized seeds, session
+        statistics) before vLLM refused it. ``/metrics`` stays as vLLM leaves it (open).
+        """
+        if method == "OPTIONS":
+            return True
+        auth, guarded = self._auth_for(scope)
+        if auth is None or not path.startswith(guarded):
+            return True
+        return bool(auth.verify_token(_starlette_headers(scope)))
+
+    def _auth_for(self, scope: Scope) -> tuple[Any, tuple[str, ...]]:
+        """vLLM's authenticator for the server's keys (``--api-key``, else ``VLLM_API_KEY``;
+        None when the server has none) and the path prefixes it guards, agentspec's added."""
+        if self._auth is _UNSET:
+            from vllm import envs
+            from vllm.entrypoints.serve.middleware.authenticate import (
+                GUARDED_PREFIX,
+                AuthenticationMiddleware,
+            )
+
+            args = getattr(getattr(scope.get("app"), "state", None), "args", None)
+            # The same rule as vLLM's init_entrypoints_middleware: --api-key wins over the variable.
+            tokens = [key for key in (getattr(args, "api_key", None) or [envs.VLLM_API_KEY]) if key]
+            self._auth = AuthenticationMiddleware(self.app, tokens) if tokens else None
+            self._guarded = (*GUARDED_PREFIX, _AGENTSPEC_PREFIX)
+        return self._auth, self._guarded
+
     # ------------------------------------------------------------------ generation requests
 
     async def _rewrite(self, scope: Scope, body: bytes, headers: _Headers, path_session: str | None) -> bytes:
         """The body with ids and seeds in ``vllm_xargs``; the same object when unchanged."""
         try:
             data = json.loads(body) if body else None
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than json's stack
             data = None
         if not isinstance(data, dict):
             # Not ours to judge: vLLM answers malformed JSON with its own 400. But an id
@@ -190,7 +235,7 @@ class SessionIdMiddleware:
         total = 0
         for spec in specs:
             if spec.text is not None:
-                token_ids = await _tokenize(state, spec.text)
+                token_ids = await self._tokenize(state, spec.text, limit_tokens - total)
             else:
                 token_ids = list(spec.token_ids or ())
                 vocab = _vocab_size(state)
@@ -202,6 +247,27 @@ class SessionIdMiddleware:
             if total > limit_tokens:
                 raise wire.seed_tokens_over_limit(limit_tokens, spec.where)
             out.append({"token_ids": token_ids, "scope": spec.scope.value, "kind": spec.kind.value})
+        return out
+
+    async def _tokenize(self, state: Any, text: str, budget: int) -> list[int]:
+        """``text``'s tokens, computed off the event loop a chunk at a time and abandoned
+        once over ``budget``: a flood of maximal seeds costs each at most its budget's worth
+        of tokenizing, and never stalls other requests or ``/health``."""
+        import anyio
+        import anyio.to_thread
+
+        if self._tokenizers is None:
+            self._tokenizers = anyio.CapacityLimiter(_TOKENIZE_THREADS)
+        tokenizer = state.engine_client.get_tokenizer()
+
+        def encode(chunk: str) -> list[int]:
+            return list(tokenizer.encode(chunk, add_special_tokens=False))
+
+        out: list[int] = []
+        for chunk in _chunks(text, _TOKENIZE_CHUNK_CHARS):
+            out += await anyio.to_thread.run_sync(encode, chunk, limiter=self._tokenizers)
+            if len(out) > budget:
+                break  # the caller refuses it; the rest is not worth tokenizing
         return out
 
     # ------------------------------------------------------------------ statistics
@@ -253,13 +319,22 @@ class SessionIdMiddleware:
 
 
 class _Headers:
+    """A request's headers by lower-cased name, all values kept."""
+
     def __init__(self, scope: Scope) -> None:
-        self._h: dict[str, str] = {}
+        self._h: dict[str, list[str]] = {}
         for key, value in scope.get("headers", []):
-            self._h.setdefault(key.decode("latin-1").lower(), value.decode("latin-1"))
+            self._h.setdefault(key.decode("latin-1").lower(), []).append(value.decode("latin-1"))
 
     def get(self, name: str) -> str | None:
-        return self._h.get(name.lower())
+        """The header's value; a header sent several times with different values is refused
+        (which one a router in front hashed is unknowable)."""
+        values = self._h.get(name.lower())
+        if not values:
+            return None
+        if len(set(values)) > 1:
+            raise WireError(f"header {name} appears {len(values)} times with different values", f"header {name}")
+        return values[0]
 
 
 def _app_state(scope: Scope) -> Any:
@@ -270,9 +345,30 @@ def _app_state(scope: Scope) -> Any:
     return state
 
 
-async def _tokenize(state: Any, text: str) -> list[int]:
-    tokenizer = state.engine_client.get_tokenizer()
-    return list(tokenizer.encode(text, add_special_tokens=False))
+def _starlette_headers(scope: Scope) -> Any:
+    from starlette.datastructures import Headers
+
+    return Headers(scope=scope)
+
+
+#: Text seeds are tokenized this many characters at a time (cut after a newline or space
+#: where there is one, so chunk seams rarely split what would be one token).
+_TOKENIZE_CHUNK_CHARS = 16_384
+#: Seed tokenizations at once; the others wait (threads, not the event loop).
+_TOKENIZE_THREADS = 2
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    out: list[str] = []
+    start = 0
+    while len(text) - start > size:
+        end = start + size
+        cut = max(text.rfind("\n", start + size // 2, end), text.rfind(" ", start + size // 2, end))
+        end = cut + 1 if cut > 0 else end
+        out.append(text[start:end])
+        start = end
+    out.append(text[start:])
+    return out
 
 
 def _vocab_size(state: Any) -> int:

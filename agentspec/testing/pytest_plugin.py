@@ -14,7 +14,8 @@ pytest run each kind of server starts at most once). Fixtures:
   ``agentspec_server``: the two exchange their outputs through a shared folder
   (``EngineSettings.exchange_dir``, which both always get);
 - ``plain_server``: plain vLLM on the same model without speculation, the reference for
-  losslessness.
+  losslessness;
+- ``agentspec_secured_server``: ``agentspec serve`` with API keys (``SECURED_API_KEYS``).
 
 Servers start only when a collected test asks for them; those named by the collected tests
 start concurrently. Without vLLM installed (the base install, or only the ``test`` extra),
@@ -32,6 +33,9 @@ from pathlib import Path
 import pytest
 
 from agentspec.policy import IndexConfig
+
+#: The API keys of ``agentspec_secured_server``.
+SECURED_API_KEYS = ("key-tenant-a", "key-tenant-b")
 
 #: Index budgets of the shared test server: small enough that a test can drive the index
 #: past them (eviction), large enough that no other test notices.
@@ -88,6 +92,12 @@ class _Servers:
         if kind in ("agentspec", "peer"):
             settings = EngineSettings(index=TEST_INDEX_CONFIG, exchange_dir=str(self.exchange_dir))
             server = VLLMServer.launch(self.model_dir, agentspec=True, settings=settings, log_dir=self.log_dir)
+        elif kind == "secured":
+            keys = ["--api-key", *SECURED_API_KEYS]  # one option, several values (a repeated option replaces)
+            settings = EngineSettings(index=TEST_INDEX_CONFIG)
+            server = VLLMServer.launch(
+                self.model_dir, agentspec=True, settings=settings, extra_args=keys, log_dir=self.log_dir
+            )
         else:
             server = VLLMServer.launch(self.model_dir, agentspec=False, log_dir=self.log_dir)
         self.servers[kind] = server
@@ -120,6 +130,8 @@ def _vllm_servers(
             wanted.add("peer")
         if "plain_server" in names:
             wanted.add("plain")
+        if "agentspec_secured_server" in names:
+            wanted.add("secured")
     servers = _Servers(
         tiny_model_dir, tmp_path_factory.mktemp("vllm-logs"), tmp_path_factory.mktemp("exchange"), wanted
     )
@@ -145,3 +157,10 @@ def agentspec_peer_server(_vllm_servers: _Servers):
 def plain_server(_vllm_servers: _Servers):
     """Plain vLLM on the tiny model, no speculation: the losslessness reference."""
     return _vllm_servers.get("plain")
+
+
+@pytest.fixture(scope="session")
+def agentspec_secured_server(_vllm_servers: _Servers):
+    """``agentspec serve`` on the tiny model with the API keys :data:`SECURED_API_KEYS`:
+    requests must send ``Authorization: Bearer <key>``."""
+    return _vllm_servers.get("secured")
