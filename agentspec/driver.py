@@ -47,6 +47,8 @@ class RequestSpec:
 
     session_id: str | None = None
     group_id: str | None = None
+    #: Whose text it may draft from and feeds (see agentspec.index); "" is the default tenant.
+    tenant: str = ""
     seeds: tuple[TokenSeed, ...] = ()
     #: The scheduler's stop conditions, so the index holds exactly the output the client
     #: gets: in the step a request finishes, the engine still reports every accepted token.
@@ -103,8 +105,8 @@ class RequestDriver:
         self.budget = budget
         self.counters: dict[str, float] = {}
         self._requests: dict[str, _Request] = {}
-        # Sessions seen recently, most recent last; bounded like the index's own LRU.
-        self._sessions: OrderedDict[str, None] = OrderedDict()
+        # (tenant, session) seen recently, most recent last; bounded like the index's own LRU.
+        self._sessions: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -124,7 +126,7 @@ class RequestDriver:
                 {"group_id": target} if seed.scope is SeedScope.GROUP and spec.group_id else {"session_id": target}
             )
             try:
-                n = self.index.seed(seed.token_ids, kind=seed.kind, **where)
+                n = self.index.seed(seed.token_ids, kind=seed.kind, tenant=spec.tenant, **where)
             except DraftIndexError as exc:
                 outcome.refused.append((seed, str(exc)))
                 self._count("seed_errors_total")
@@ -132,7 +134,7 @@ class RequestDriver:
             outcome.seeded_tokens += n
             self._count("seeded_tokens_total", n)
             if spec.session_id is not None:
-                self.touch_session(spec.session_id)
+                self.touch_session(spec.session_id, spec.tenant)
         if spec.seed_only:
             req.disabled = True
             self._count("seed_only_requests_total")
@@ -145,14 +147,16 @@ class RequestDriver:
         if req.disabled:
             return None
         spec = req.spec
-        start = self.index.start_call(req_id, prompt, session_id=spec.session_id, group_id=spec.group_id)
+        start = self.index.start_call(
+            req_id, prompt, session_id=spec.session_id, group_id=spec.group_id, tenant=spec.tenant
+        )
         if kept := req.clip(generated):
             self.index.extend_call(req_id, kept)
         self._count("calls_started_total")
         self._count("index_new_tokens_total", start.new_tokens)
         self._count("index_reused_tokens_total", start.reused_tokens)
         if spec.session_id is not None:
-            self.touch_session(spec.session_id)
+            self.touch_session(spec.session_id, spec.tenant)
         return start
 
     def begun(self, req_id: str) -> bool:
@@ -173,6 +177,10 @@ class RequestDriver:
         if req.disabled:
             return
         self.index.extend_call(req_id, req.clip(emitted))
+
+    def spec(self, req_id: str) -> RequestSpec | None:
+        req = self._requests.get(req_id)
+        return req.spec if req is not None else None
 
     def last_draft_len(self, req_id: str) -> int:
         req = self._requests.get(req_id)
@@ -223,19 +231,20 @@ class RequestDriver:
 
     # ------------------------------------------------------------------ statistics
 
-    def touch_session(self, session_id: str) -> None:
-        self._sessions[session_id] = None
-        self._sessions.move_to_end(session_id)
+    def touch_session(self, session_id: str, tenant: str = "") -> None:
+        key = (tenant, session_id)
+        self._sessions[key] = None
+        self._sessions.move_to_end(key)
         while len(self._sessions) > self.index.config.max_sessions:
             self._sessions.popitem(last=False)
 
-    def recent_sessions(self) -> Iterator[str]:
-        """Sessions seen recently that the index still holds, oldest first."""
-        for sid in list(self._sessions):
-            if self.index.session_stats(sid) is None:  # evicted by the index
-                del self._sessions[sid]
+    def recent_sessions(self) -> Iterator[tuple[str, str]]:
+        """``(tenant, session)`` seen recently that the index still holds, oldest first."""
+        for key in list(self._sessions):
+            if self.index.session_stats(key[1], key[0]) is None:  # evicted by the index
+                del self._sessions[key]
                 continue
-            yield sid
+            yield key
 
     def _count(self, key: str, n: float = 1) -> None:
         self.counters[key] = self.counters.get(key, 0) + n

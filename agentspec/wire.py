@@ -17,6 +17,7 @@ from typing import Any, Final
 
 __all__ = [
     "BODY_SESSION_FIELD",
+    "CACHE_SALT_FIELD",
     "CHARS_PER_TOKEN_BOUND",
     "GENERATION_PATHS",
     "GROUP_HEADER",
@@ -40,6 +41,7 @@ __all__ = [
     "XARG_SEEDS",
     "XARG_SEED_ONLY",
     "XARG_SESSION",
+    "XARG_TENANT",
     "SeedKind",
     "SeedScope",
     "SeedSpec",
@@ -88,6 +90,9 @@ XARG_SESSION: Final = "session_id"
 XARG_GROUP: Final = "group_id"
 XARG_SEEDS: Final = "agentspec_seeds"  # a JSON string: list of {"token_ids", "scope", "kind"}
 XARG_SEED_ONLY: Final = "agentspec_seed_only"  # 1: apply the seeds, neither index nor draft the request
+XARG_TENANT: Final = "agentspec_tenant"  # set by the server from the API key and cache_salt, never by a caller
+#: vLLM's request field that isolates prefix caching; it narrows the tenant too.
+CACHE_SALT_FIELD: Final = "cache_salt"
 
 #: Endpoints whose body is an OpenAI-style generation request carrying ``vllm_xargs``.
 GENERATION_PATHS: Final = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"})
@@ -98,7 +103,9 @@ SERVER_STATS_PATH: Final = "/agentspec/v1/stats"
 #: ``POST``: seeds without generating (a seed-only request); the body is a generation
 #: request's ids and ``agentspec_seeds`` alone (:data:`SEEDS_REQUEST_FIELDS`).
 SEEDS_PATH: Final = "/agentspec/v1/seeds"
-SEEDS_REQUEST_FIELDS: Final = frozenset({"agentspec_seeds", "vllm_xargs", "session_id", "prompt_cache_key", "model"})
+SEEDS_REQUEST_FIELDS: Final = frozenset(
+    {"agentspec_seeds", "vllm_xargs", "session_id", "prompt_cache_key", "model", "cache_salt"}
+)
 
 _SESSION_PATH: Final = re.compile(r"^/sessions/([^/]*)(/v1/.*)$")
 
@@ -331,6 +338,7 @@ SESSION_STATS_FIELDS: Final = (
     "seeded_tokens",
     "last_index_new_tokens",
     "held_tokens",
+    "accepted_tokens_by_level",
 )
 
 
@@ -346,6 +354,7 @@ def session_stats_body(
     seeded_tokens: int = 0,
     last_index_new_tokens: int = 0,
     held_tokens: int = 0,
+    accepted_tokens_by_level: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The body of ``GET /agentspec/v1/sessions/{id}`` (fields :data:`SESSION_STATS_FIELDS`)."""
     return {
@@ -360,4 +369,6 @@ def session_stats_body(
         "seeded_tokens": int(seeded_tokens),
         "last_index_new_tokens": int(last_index_new_tokens),
         "held_tokens": int(held_tokens),
+        # Which level drafted what the target accepted: call, session, group, global.
+        "accepted_tokens_by_level": dict(accepted_tokens_by_level or {}),
     }

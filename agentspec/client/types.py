@@ -89,6 +89,8 @@ class SessionStats(BaseModel):
     seeded_tokens: int = 0
     last_index_new_tokens: int = 0
     held_tokens: int = 0
+    accepted_tokens_by_level: dict[str, int] = {}
+    """Accepted draft tokens by the level that drafted them: call, session, group, global."""
     backend: str | None = None
     """Filled by the client: the backend that answered."""
 

@@ -52,6 +52,15 @@ class EngineSettings(BaseModel):
     max_seeds_per_request: int = Field(wire.MAX_SEEDS_PER_REQUEST, ge=0)
     max_seed_tokens_per_request: int = Field(wire.MAX_SEED_TOKENS_PER_REQUEST, ge=0)
 
+    share_across_tenants: bool = Field(
+        False,
+        description=(
+            "Let every tenant draft from every other tenant's text (one draft index for all"
+            " API keys and cache_salt values). Off: a request drafts only from its own"
+            " tenant's text. See docs/security.md for what sharing reveals."
+        ),
+    )
+
     publish_interval_s: float = Field(0.2, gt=0, description="Least time between two statistics snapshots while busy.")
 
     # Corpus exchange between replicas, see agentspec.engine.exchange.

@@ -9,6 +9,13 @@ little-endian ``int32`` tokens. Each record is written with one ``os.write`` on 
 ``O_APPEND`` descriptor, so a reader sees at worst an incomplete record at the end of a
 file, which it leaves for its next poll.
 
+Outputs stay within their tenant (see :mod:`agentspec.index`): a replica writes one file per
+tenant, ``<name>~<tenant>.tok`` (``<name>.tok`` for the default tenant ``""``), and indexes a
+peer's records into the global corpus of the tenant its file names. Tenant ids are derived
+from API keys the same way on every replica (:func:`agentspec.engine.tenancy.tenant_for`), so
+one key is one tenant across the fleet. :class:`TenantExchange` keeps one
+:class:`CorpusExchange` per tenant.
+
 Best effort, by design: a file over ``max_file_bytes`` is started over (truncated, with a
 new generation; readers that had not read its end lose those records), a reader more
 than ``max_backlog_bytes`` behind on a file (it started late, or its engine was idle)
@@ -35,6 +42,8 @@ import numpy as np
 logger = logging.getLogger("vllm.agentspec.exchange")
 
 SUFFIX = ".tok"
+TENANT_SEP = "~"
+_TENANT_ID = re.compile(r"[A-Za-z0-9._-]*")
 MAGIC = b"AGSX"
 VERSION = 1
 _HEADER = struct.Struct("<4sI8s")  # magic, version, generation
@@ -60,7 +69,8 @@ class CorpusExchange:
     """One replica's end of the exchange: :meth:`publish` its outputs, :meth:`poll` the others'.
 
     ``name`` must be unique per process among everything that shares ``folder`` (the
-    engine uses host, process id and data-parallel rank).
+    engine uses host, process id and data-parallel rank). It exchanges the outputs of one
+    ``tenant`` only: it writes and reads that tenant's files.
     """
 
     def __init__(
@@ -68,12 +78,16 @@ class CorpusExchange:
         folder: str | os.PathLike[str],
         name: str,
         *,
+        tenant: str = "",
         max_file_bytes: int = 64 << 20,
         max_read_bytes: int = 1 << 20,
         max_backlog_bytes: int = 4 << 20,
     ) -> None:
+        if not _TENANT_ID.fullmatch(tenant):
+            raise ValueError(f"tenant ids in exchange file names are [A-Za-z0-9._-]*, got {tenant!r}")
         self.folder = Path(folder)
-        self.name = re.sub(r"[^A-Za-z0-9._-]", "_", name) + SUFFIX
+        self.tenant = tenant
+        self.name = re.sub(r"[^A-Za-z0-9._-]", "_", name) + (TENANT_SEP + tenant if tenant else "") + SUFFIX
         self.path = self.folder / self.name
         #: Own file size after which it is started over.
         self.max_file_bytes = max_file_bytes
@@ -144,7 +158,9 @@ class CorpusExchange:
         """The complete records other replicas appended since the last poll (int32 arrays)."""
         try:
             names = sorted(
-                e.name for e in os.scandir(self.folder) if e.name.endswith(SUFFIX) and e.name != self.name
+                e.name
+                for e in os.scandir(self.folder)
+                if e.name.endswith(SUFFIX) and e.name != self.name and tenant_of(e.name) == self.tenant
             )
         except OSError as exc:
             self._warn("poll", "cannot list exchange folder %s: %s", self.folder, exc)
@@ -221,6 +237,49 @@ class CorpusExchange:
         if now - self._warned.get(kind, -_WARN_EVERY_S) >= _WARN_EVERY_S:
             self._warned[kind] = now
             logger.warning(msg, *args)
+
+
+def tenant_of(file_name: str) -> str:
+    """The tenant whose outputs an exchange file holds."""
+    stem = file_name.removesuffix(SUFFIX)
+    return stem.rsplit(TENANT_SEP, 1)[1] if TENANT_SEP in stem else ""
+
+
+class TenantExchange:
+    """A replica's exchange for every tenant: one :class:`CorpusExchange` per tenant, made
+    when the tenant first publishes here or first appears in a peer's file name."""
+
+    def __init__(self, folder: str | os.PathLike[str], name: str, **limits: int) -> None:
+        self.folder = Path(folder)
+        self.name = name
+        self._limits = limits
+        self._by_tenant: dict[str, CorpusExchange] = {}
+
+    def _for(self, tenant: str) -> CorpusExchange:
+        exchange = self._by_tenant.get(tenant)
+        if exchange is None:
+            exchange = self._by_tenant[tenant] = CorpusExchange(self.folder, self.name, tenant=tenant, **self._limits)
+        return exchange
+
+    def publish(self, tokens: np.ndarray, tenant: str = "") -> bool:
+        """Append one output of ``tenant`` to this replica's file for that tenant."""
+        return self._for(tenant).publish(tokens)
+
+    def poll(self) -> list[tuple[str, np.ndarray]]:
+        """``(tenant, tokens)`` of every record the other replicas appended since the last poll."""
+        try:
+            tenants = {tenant_of(e.name) for e in os.scandir(self.folder) if e.name.endswith(SUFFIX)}
+        except OSError:
+            tenants = set()
+        out: list[tuple[str, np.ndarray]] = []
+        for tenant in sorted(tenants | self._by_tenant.keys()):
+            if _TENANT_ID.fullmatch(tenant):
+                out.extend((tenant, tokens) for tokens in self._for(tenant).poll())
+        return out
+
+    def close(self) -> None:
+        for exchange in self._by_tenant.values():
+            exchange.close()
 
 
 def _scan(buf: bytes, limit: int | None = None) -> tuple[list[tuple[int, int]], bool]:

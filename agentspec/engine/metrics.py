@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 from agentspec import wire
 
 SNAPSHOT_GLOB = "proposer-*.json"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: sessions by tenant
 
 #: Engine counters published in ``snapshot["engine"]``, with their help text. Keys ending in
 #: ``_total`` are Prometheus counters, the others gauges.
@@ -66,6 +66,7 @@ def session_view(session_id: str, stats: dict[str, Any]) -> dict[str, Any]:
         seeded_tokens=int(stats.get("seeded_tokens", 0)),
         last_index_new_tokens=int(stats.get("last_index_new_tokens", 0)),
         held_tokens=int(stats.get("held_tokens", 0)),
+        accepted_tokens_by_level={k: int(v) for k, v in (stats.get("accepted_tokens_by_level") or {}).items()},
     )
 
 
@@ -110,10 +111,12 @@ class SnapshotReader:
                 continue  # replaced between stat and read, or a foreign file: skip this round
         return out
 
-    def session(self, session_id: str) -> dict[str, Any] | None:
-        """The wire view of one session, or ``None`` if no worker holds it."""
+    def session(self, session_id: str, tenant: str = "") -> dict[str, Any] | None:
+        """The wire view of one of ``tenant``'s sessions, or ``None`` if no worker holds it."""
         for snap in self.snapshots():
-            stats = snap.get("sessions", {}).get(session_id)
+            if snap.get("schema") != SCHEMA_VERSION:
+                continue  # a worker of another version, still running: its layout differs
+            stats = snap.get("sessions", {}).get(tenant, {}).get(session_id)
             if stats is not None:
                 return session_view(session_id, stats)
         return None

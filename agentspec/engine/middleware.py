@@ -21,10 +21,12 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 from agentspec import wire
 from agentspec.engine.config import EngineSettings, load_settings
 from agentspec.engine.metrics import SnapshotReader
+from agentspec.engine.tenancy import SHARED_TENANT, bearer_token, tenant_for
 from agentspec.wire import WireError
 
 Scope = MutableMapping[str, Any]
@@ -67,12 +69,15 @@ class SessionIdMiddleware:
             # vLLM's own answer to a missing or wrong key (its AuthenticationMiddleware).
             await _send_json(send, 401, {"error": "Unauthorized"})
             return
+        # The key vLLM accepted (None when the server has none): it names the tenant.
+        api_key = bearer_token(_Headers(scope).first("authorization")) if self._auth_for(scope)[0] else None
         if path_session is not None and not wire.is_valid_id(path_session):
             await _send_error(send, wire.bad_id("URL /sessions/<id>/"))
             return
 
         if method == "GET" and (stats := _STATS_PATH.match(path)):
-            await self._session_stats(stats.group(1), send)
+            salt = parse_qs(scope.get("query_string", b"").decode("latin-1")).get(wire.CACHE_SALT_FIELD, [None])[0]
+            await self._session_stats(stats.group(1), self._tenant(api_key, salt), send)
             return
         if method == "GET" and path == wire.SERVER_STATS_PATH:
             await self._summary(send)
@@ -83,7 +88,7 @@ class SessionIdMiddleware:
 
         headers = _Headers(scope)
         if method == "POST" and path == wire.SEEDS_PATH:
-            await self._seed_only(scope, receive, send, headers, path_session)
+            await self._seed_only(scope, receive, send, headers, path_session, api_key)
             return
         if method != "POST" or path not in wire.GENERATION_PATHS:
             await self.app(scope, receive, send)
@@ -91,7 +96,7 @@ class SessionIdMiddleware:
 
         body = await _read_body(receive)
         try:
-            new_body = await self._rewrite(scope, body, headers, path_session)
+            new_body = await self._rewrite(scope, body, headers, path_session, api_key)
         except WireError as exc:
             await _send_error(send, exc)
             return
@@ -132,10 +137,19 @@ class SessionIdMiddleware:
             self._guarded = (*GUARDED_PREFIX, _AGENTSPEC_PREFIX)
         return self._auth, self._guarded
 
+    def _tenant(self, api_key: str | None, cache_salt: object) -> str:
+        """The request's tenant (agentspec.engine.tenancy); the one shared tenant when the
+        operator shares drafting across tenants."""
+        if self.settings.share_across_tenants:
+            return SHARED_TENANT
+        return tenant_for(api_key, cache_salt if isinstance(cache_salt, str) else None)
+
     # ------------------------------------------------------------------ generation requests
 
-    async def _rewrite(self, scope: Scope, body: bytes, headers: _Headers, path_session: str | None) -> bytes:
-        """The body with ids and seeds in ``vllm_xargs``; the same object when unchanged."""
+    async def _rewrite(
+        self, scope: Scope, body: bytes, headers: _Headers, path_session: str | None, api_key: str | None
+    ) -> bytes:
+        """The body with ids, tenant and seeds in ``vllm_xargs``; the same object when unchanged."""
         try:
             data = json.loads(body) if body else None
         except (ValueError, RecursionError):  # RecursionError: nesting deeper than json's stack
@@ -160,12 +174,22 @@ class SessionIdMiddleware:
                 f"vllm_xargs.{wire.XARG_SEED_ONLY} is reserved; send seeds alone to POST {wire.SEEDS_PATH}",
                 f"vllm_xargs.{wire.XARG_SEED_ONLY}",
             )
+        if wire.XARG_TENANT in xargs:
+            raise WireError(
+                f"vllm_xargs.{wire.XARG_TENANT} is reserved: the server derives the tenant from the API key"
+                f" and {wire.CACHE_SALT_FIELD}",
+                f"vllm_xargs.{wire.XARG_TENANT}",
+            )
         session_id, group_id = wire.resolve_ids(data, headers.get, path_session)
         raw_seeds = data.pop(wire.SEEDS_FIELD, None)
         seeds = await self._seeds(scope, raw_seeds, session_id, group_id) if raw_seeds is not None else []
+        salt = data.get(wire.CACHE_SALT_FIELD)
+        tenant = self._tenant(api_key, salt)
 
-        if session_id is None and group_id is None and raw_seeds is None:
+        if session_id is None and group_id is None and raw_seeds is None and not tenant:
             return body
+        if tenant:
+            xargs[wire.XARG_TENANT] = tenant
         if session_id is not None:
             xargs[wire.XARG_SESSION] = session_id
         if group_id is not None:
@@ -176,7 +200,13 @@ class SessionIdMiddleware:
         return json.dumps(data).encode()
 
     async def _seed_only(
-        self, scope: Scope, receive: Receive, send: Send, headers: _Headers, path_session: str | None
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        headers: _Headers,
+        path_session: str | None,
+        api_key: str | None,
     ) -> None:
         """``POST /agentspec/v1/seeds``: put seeds into a session's or group's index now.
 
@@ -193,9 +223,11 @@ class SessionIdMiddleware:
         except (ValueError, RecursionError) as exc:  # WireError, or JSON too deep or malformed
             await _send_error(send, exc if isinstance(exc, WireError) else WireError("the body is not valid JSON"))
             return
+        salt = data.get(wire.CACHE_SALT_FIELD)
         inner_xargs: dict[str, Any] = {
             wire.XARG_SEEDS: json.dumps(seeds, separators=(",", ":")),
             wire.XARG_SEED_ONLY: 1,
+            wire.XARG_TENANT: self._tenant(api_key, salt),
         }
         if session_id is not None:
             inner_xargs[wire.XARG_SESSION] = session_id
@@ -272,11 +304,12 @@ class SessionIdMiddleware:
 
     # ------------------------------------------------------------------ statistics
 
-    async def _session_stats(self, session_id: str, send: Send) -> None:
+    async def _session_stats(self, session_id: str, tenant: str, send: Send) -> None:
+        """One of the caller's tenant's sessions: another tenant's is not found."""
         if not wire.is_valid_id(session_id):
             await _send_error(send, wire.bad_id("path session id"))
             return
-        view = self.reader.session(session_id) if self.reader is not None else None
+        view = self.reader.session(session_id, tenant) if self.reader is not None else None
         if view is None:
             await _send_json(send, 404, wire.error_body(f"no state for session {session_id!r}", "NotFoundError", 404))
             return
@@ -325,6 +358,10 @@ class _Headers:
         self._h: dict[str, list[str]] = {}
         for key, value in scope.get("headers", []):
             self._h.setdefault(key.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+
+    def first(self, name: str) -> str | None:
+        values = self._h.get(name.lower())
+        return values[0] if values else None
 
     def get(self, name: str) -> str | None:
         """The header's value; a header sent several times with different values is refused

@@ -44,8 +44,9 @@ from agentspec import wire
 from agentspec.budget import BatchBudget
 from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
 from agentspec.engine.config import EngineSettings, load_settings
-from agentspec.engine.exchange import CorpusExchange
+from agentspec.engine.exchange import TenantExchange
 from agentspec.engine.metrics import SnapshotWriter
+from agentspec.engine.tenancy import SHARED_TENANT
 from agentspec.errors import DraftIndexError
 from agentspec.index import Draft, DraftIndex
 
@@ -86,7 +87,7 @@ class AgentspecProposer(SuffixDecodingProposer):
         self._writer: SnapshotWriter | None = None
         self._dirty = False
         self._next_publish = 0.0
-        self._exchange: CorpusExchange | None = None
+        self._exchange: TenantExchange | None = None
         self._next_poll = 0.0
 
     # ------------------------------------------------------------------ lifecycle (runner)
@@ -112,7 +113,7 @@ class AgentspecProposer(SuffixDecodingProposer):
                 logger.warning("agentspec: corpus exchange is off: the global corpus is off (global_max_tokens=0)")
             else:
                 name = f"{socket.gethostname()}-{os.getpid()}-{worker_name.removeprefix('proposer-')}"
-                self._exchange = CorpusExchange(self.settings.exchange_dir, name)
+                self._exchange = TenantExchange(self.settings.exchange_dir, name)
                 logger.info("agentspec: exchanging outputs through %s as %s", self.settings.exchange_dir, name)
 
     def on_request_added(self, req_id: str, sampling_params: Any) -> None:
@@ -126,9 +127,13 @@ class AgentspecProposer(SuffixDecodingProposer):
             max_tokens = sampling_params.max_tokens
             eos = sampling_params.eos_token_id
             stops = frozenset(set(sampling_params.stop_token_ids or ()) | ({eos} if eos is not None else set()))
+        tenant = args.get(wire.XARG_TENANT)
         spec = RequestSpec(
             session_id=_as_id(args.get(wire.XARG_SESSION)),
             group_id=_as_id(args.get(wire.XARG_GROUP)),
+            # Set by the middleware after authentication (never by the caller); absent for
+            # in-process engines, whose caller is the operator.
+            tenant=SHARED_TENANT if self.settings.share_across_tenants or not isinstance(tenant, str) else tenant,
             seeds=_seeds(req_id, args.get(wire.XARG_SEEDS)),
             max_tokens=max_tokens,
             stop_ids=stops,
@@ -142,8 +147,11 @@ class AgentspecProposer(SuffixDecodingProposer):
     def on_requests_finished(self, req_ids: Iterable[str]) -> None:
         """Requests that finished or were aborted, as the scheduler reports them."""
         for req_id in req_ids:
+            spec = self.driver.spec(req_id)
             out = self.driver.release(req_id, share=self._exchange is not None)
-            if out is not None and len(out) and self._exchange is not None and self._exchange.publish(out):
+            if out is None or not len(out) or self._exchange is None or spec is None:
+                continue
+            if self._exchange.publish(out, spec.tenant):
                 self._count("exchange_published_total")
             self._dirty = True
 
@@ -162,9 +170,9 @@ class AgentspecProposer(SuffixDecodingProposer):
             return
         self._next_poll = now + self.settings.exchange_interval_s
         records = self._exchange.poll()
-        for tokens in records:
+        for tenant, tokens in records:
             try:
-                n = self.index.add_peer_output(tokens)
+                n = self.index.add_peer_output(tokens, tenant=SHARED_TENANT if self.settings.share_across_tenants else tenant)
             except DraftIndexError as exc:  # a peer's text is never worth failing the engine
                 logger.warning("agentspec: ignoring a peer output: %s", exc)
                 continue
@@ -226,11 +234,11 @@ class AgentspecProposer(SuffixDecodingProposer):
 
     def snapshot(self) -> dict[str, Any]:
         """Counters, index statistics and per-session stats (see :mod:`.metrics`)."""
-        sessions: dict[str, Any] = {}
-        for sid in self.driver.recent_sessions():
-            stats = self.index.session_stats(sid)
+        sessions: dict[str, dict[str, Any]] = {}  # tenant -> session id -> stats
+        for tenant, sid in self.driver.recent_sessions():
+            stats = self.index.session_stats(sid, tenant)
             if stats is not None:
-                sessions[sid] = dataclasses.asdict(stats)
+                sessions.setdefault(tenant, {})[sid] = dataclasses.asdict(stats)
         return {
             "engine": dict(self.driver.counters),
             "index": dataclasses.asdict(self.index.stats()),

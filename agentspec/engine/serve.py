@@ -35,6 +35,7 @@ from typing import Annotated, Any
 
 import typer
 
+from agentspec import wire
 from agentspec._extras import missing_message
 from agentspec.engine.config import ENV_CONFIG, EngineSettings
 from agentspec.policy import DraftPolicy, IndexConfig
@@ -110,10 +111,12 @@ def serve(
     no_draft_batch: Annotated[
         int, typer.Option("--agentspec-no-draft-batch", help="No drafts above this batch size.")
     ] = 64,
-    max_seeds: Annotated[int, typer.Option("--agentspec-max-seeds", help="Seeds per request.")] = 16,
+    max_seeds: Annotated[
+        int, typer.Option("--agentspec-max-seeds", help="Seeds per request.")
+    ] = wire.MAX_SEEDS_PER_REQUEST,
     max_seed_tokens: Annotated[
         int, typer.Option("--agentspec-max-seed-tokens", help="Seed tokens per request, in all.")
-    ] = 32768,
+    ] = wire.MAX_SEED_TOKENS_PER_REQUEST,
     index_config: Annotated[
         str | None,
         typer.Option("--agentspec-index-config", help="JSON of agentspec.policy.IndexConfig (memory budgets)."),
@@ -129,6 +132,14 @@ def serve(
             " through it into every replica's global corpus (tensor/pipeline-parallel size 1 only).",
         ),
     ] = None,
+    share_across_tenants: Annotated[
+        bool,
+        typer.Option(
+            "--agentspec-share-across-tenants",
+            help="Let every tenant (API key, cache_salt) draft from every other tenant's text."
+            " Reveals text across tenants through acceptance and timing: see docs/security.md.",
+        ),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--agentspec-dry-run", help="Print the vLLM command and environment, don't run.")
     ] = False,
@@ -153,6 +164,7 @@ def serve(
             max_seeds_per_request=max_seeds,
             max_seed_tokens_per_request=max_seed_tokens,
             exchange_dir=os.path.abspath(exchange_dir) if exchange_dir else None,
+            share_across_tenants=share_across_tenants,
         )
         cmd = build_command(model, vllm_args)
     except ValueError as exc:

@@ -1,8 +1,14 @@
 """The :class:`DraftIndex` facade: calls, drafting across levels, seeds and statistics.
 
-It owns the active calls, the global corpus, the per-level counters and the level
+It owns the active calls, the global corpora, the per-level counters and the level
 calibration; the sessions and groups live in a :class:`~agentspec.index.scopes.ScopeTable`,
 and a session's streams are matched and extended by :mod:`agentspec.index.streams`.
+
+Every call, seed and scope belongs to a *tenant* (``""`` unless given): a tenant's calls
+draft only from its own sessions, groups and global corpus, and its own calibration
+weighs them, so no text, and no acceptance statistic, of one tenant shapes another's
+drafts. Who is a tenant is the caller's business (the engine derives it from the API key
+and ``cache_salt``; one tenant for everyone is how an operator shares).
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ class _Call:
     stream: Stream
     group: Scope | None
     group_seq: int | None  # the sequence of the group's call text it appends to
-    global_seq: int | None  # the sequence of the global corpus it appends to
+    global_seq: int | None  # the sequence of its tenant's global corpus it appends to
+    tenant: str = ""
     last_level: Level = Level.NONE
     last_probs: list[float] = field(default_factory=list)
     output_start: int = 0  # where the call's output begins in its stream
@@ -62,11 +69,13 @@ class DraftIndex:
         self._max_depth = self.config.policy.max_depth
         self._calls: dict[Hashable, _Call] = {}
         self._scopes = ScopeTable(self.config)
-        self._global_text = Corpus(self._max_depth)
-        self._global_written: set[int] = set()  # sequences of the global corpus active calls append to
+        # Per tenant: its global corpus, the sequences of it active calls append to, and its
+        # level calibration. ``global_max_tokens`` bounds the corpora together.
+        self._global_text: dict[str, Corpus] = {}
+        self._global_written: dict[str, set[int]] = {}
         self._global_evicted_tokens = 0
         self._level_counts = {lvl.value: _LevelCounts() for lvl in Level if lvl is not Level.NONE}
-        self._calibration = LevelCalibration() if self.config.policy.calibrate_levels else None
+        self._calibrations: dict[str, LevelCalibration] = {}
 
     # ------------------------------------------------------------------ calls
 
@@ -77,8 +86,9 @@ class DraftIndex:
         *,
         session_id: str | None = None,
         group_id: str | None = None,
+        tenant: str = "",
     ) -> CallStart:
-        """Begin a call; index the part of ``prompt`` the session does not hold yet."""
+        """Begin a call of ``tenant``; index the part of ``prompt`` the session does not hold yet."""
         self._check_hashable(call_id, "call_id")
         if call_id in self._calls:
             raise DraftIndexError(f"call {call_id!r} is already active")
@@ -86,13 +96,14 @@ class DraftIndex:
         group_key = self._check_scope_id(group_id, "group_id")
         tokens = as_token_array(prompt, "prompt")
 
+        tenant = self._check_tenant(tenant)
         if session_key is None:
             session = self._scopes.new_call_scope()
         else:
-            session = self._scopes.use(ScopeKey(ScopeKind.SESSION, session_key))
+            session = self._scopes.use(ScopeKey(ScopeKind.SESSION, session_key, tenant))
         if group_key is not None and group_key == session_key:
             group_key = None  # a session that is its own group has no separate group level
-        group = self._scopes.use(ScopeKey(ScopeKind.GROUP, group_key)) if group_key is not None else None
+        group = self._scopes.use(ScopeKey(ScopeKind.GROUP, group_key, tenant)) if group_key is not None else None
         if group is not None:
             session.stats.group_id = group_key
 
@@ -100,14 +111,14 @@ class DraftIndex:
         stream.writer = call_id
         session.stats.indexed_tokens += start.new_tokens
 
-        call = _Call(call_id, session, stream, group, None, None, output_start=len(stream.tokens))
+        call = _Call(call_id, session, stream, group, None, None, tenant=tenant, output_start=len(stream.tokens))
         if group is not None:
             call.group_seq = group.call_text.new_sequence()
             group.active_calls[call_id] = call.group_seq
             group.stats.calls += 1
         if self._feeds_global(call):
-            call.global_seq = self._global_text.new_sequence()
-            self._global_written.add(call.global_seq)
+            call.global_seq = self._global_corpus(tenant).new_sequence()
+            self._global_written[tenant].add(call.global_seq)
         session.active_calls[call_id] = stream.seq_id
         session.stats.calls += 1
         session.stats.last_index_new_tokens = start.new_tokens
@@ -127,7 +138,7 @@ class DraftIndex:
         if call.group is not None and call.group_seq is not None:
             self._scopes.add_text(call.group.call_text, call.group_seq, arr)
         if call.global_seq is not None:
-            self._global_text.extend(call.global_seq, arr)
+            self._global_text[call.tenant].extend(call.global_seq, arr)
         self._enforce_budgets(call.session, call.group)
 
     def propose(self, call_id: Hashable, max_tokens: int | None = None) -> Draft:
@@ -162,9 +173,15 @@ class DraftIndex:
                 scope.stats.drafted_tokens += drafted
                 scope.stats.accepted_tokens += accepted
         if call.last_level is not Level.NONE:
-            self._level_counts[call.last_level.value].accepted_tokens += accepted
-            if self._calibration is not None:
-                self._calibration.observe(call.last_level.value, sum(call.last_probs[:drafted]), accepted)
+            level = call.last_level.value
+            self._level_counts[level].accepted_tokens += accepted
+            for scope in (call.session, call.group):
+                if scope is not None:
+                    by_level = scope.stats.accepted_tokens_by_level
+                    by_level[level] = by_level.get(level, 0) + accepted
+            calibration = self._calibration(call.tenant)
+            if calibration is not None:
+                calibration.observe(level, sum(call.last_probs[:drafted]), accepted)
 
     def finish_call(self, call_id: Hashable) -> None:
         """Release a call, finished or aborted. Its text stays in its session and corpora."""
@@ -176,7 +193,7 @@ class DraftIndex:
         if call.group is not None:
             call.group.active_calls.pop(call_id, None)
         if call.global_seq is not None:
-            self._global_written.discard(call.global_seq)
+            self._global_written[call.tenant].discard(call.global_seq)
         if call.session.ephemeral:
             self._scopes.drop(call.session)
         self._enforce_budgets()
@@ -195,14 +212,16 @@ class DraftIndex:
             return None
         return call.stream.tokens.view(call.output_start).copy()
 
-    def add_peer_output(self, tokens: Sequence[int] | np.ndarray) -> int:
-        """Put a finished output of another replica into the global corpus (oldest text is
-        dropped first beyond ``global_max_tokens``, as for local outputs). Returns the
-        number of tokens added; 0 when the global corpus is off."""
+    def add_peer_output(self, tokens: Sequence[int] | np.ndarray, *, tenant: str = "") -> int:
+        """Put a finished output of another replica into ``tenant``'s global corpus (oldest
+        text is dropped first beyond ``global_max_tokens``, as for local outputs). Returns
+        the number of tokens added; 0 when the global corpus is off."""
         arr = as_token_array(tokens, "peer output tokens")
+        tenant = self._check_tenant(tenant)
         if not len(arr) or self.config.global_max_tokens == 0:
             return 0
-        n = self._global_text.extend(self._global_text.new_sequence(), arr)
+        corpus = self._global_corpus(tenant)
+        n = corpus.extend(corpus.new_sequence(), arr)
         self._enforce_budgets()
         return n
 
@@ -215,8 +234,9 @@ class DraftIndex:
         session_id: str | None = None,
         group_id: str | None = None,
         kind: SeedKind | str = SeedKind.PRIOR_TURN,
+        tenant: str = "",
     ) -> int:
-        """Put ``tokens`` into a session's or a group's index without generating them.
+        """Put ``tokens`` into a session's or a group's index (of ``tenant``) without generating them.
 
         Exactly one of ``session_id`` and ``group_id`` names where the seed goes. Returns the
         number of tokens seeded. Raises :class:`SeedLimitError` over the configured limits.
@@ -234,10 +254,11 @@ class DraftIndex:
         cfg = self.config
         if len(arr) > cfg.seed_max_tokens:
             raise SeedLimitError(f"seed of {len(arr)} tokens exceeds seed_max_tokens={cfg.seed_max_tokens}")
+        tenant = self._check_tenant(tenant)
         if session_key is not None:
-            key = ScopeKey(ScopeKind.SESSION, session_key)
+            key = ScopeKey(ScopeKind.SESSION, session_key, tenant)
         else:
-            key = ScopeKey(ScopeKind.GROUP, group_key)
+            key = ScopeKey(ScopeKind.GROUP, group_key, tenant)
         existing = self._scopes.get(key)
         already = existing.stats.seeded_tokens if existing is not None else 0
         if already + len(arr) > cfg.seed_max_total_tokens:
@@ -255,18 +276,18 @@ class DraftIndex:
 
     # ------------------------------------------------------------------ introspection
 
-    def session_stats(self, session_id: str) -> ScopeStats | None:
+    def session_stats(self, session_id: str, tenant: str = "") -> ScopeStats | None:
         """A copy of a session's counters, or ``None`` if the index holds no such session."""
-        return self._scope_stats(ScopeKey(ScopeKind.SESSION, session_id))
+        return self._scope_stats(ScopeKey(ScopeKind.SESSION, session_id, tenant))
 
-    def group_stats(self, group_id: str) -> ScopeStats | None:
+    def group_stats(self, group_id: str, tenant: str = "") -> ScopeStats | None:
         """A copy of a group's counters, or ``None`` if the index holds no such group."""
-        return self._scope_stats(ScopeKey(ScopeKind.GROUP, group_id))
+        return self._scope_stats(ScopeKey(ScopeKind.GROUP, group_id, tenant))
 
     def stats(self) -> IndexStats:
         scopes = self._scopes
         sessions, groups, call_scopes = scopes.sessions(), scopes.groups(), scopes.call_scopes()
-        memory = self._global_text.memory_bytes() + sum(
+        memory = sum(c.memory_bytes() for c in self._global_text.values()) + sum(
             s.call_text.memory_bytes() + s.seed_text.memory_bytes() for s in scopes
         )
         counts = self._level_counts
@@ -276,7 +297,7 @@ class DraftIndex:
             active_calls=len(self._calls),
             session_tokens=sum(s.tokens for s in sessions) + sum(s.tokens for s in call_scopes),
             group_tokens=sum(s.tokens for s in groups),
-            global_tokens=self._global_text.tokens,
+            global_tokens=self._global_tokens(),
             memory_bytes=memory,
             evicted_sessions=scopes.evicted_sessions,
             evicted_groups=scopes.evicted_groups,
@@ -286,16 +307,17 @@ class DraftIndex:
             accepted_tokens_by_level={k: c.accepted_tokens for k, c in counts.items()},
         )
 
-    def level_weights(self) -> dict[str, float]:
-        """The weight each level's draft scores get when levels compete (see
+    def level_weights(self, tenant: str = "") -> dict[str, float]:
+        """The weight each level's draft scores get, for ``tenant``, when levels compete (see
         :mod:`agentspec.calibration`); empty when ``calibrate_levels`` is off or nothing
         was verified yet."""
-        return self._calibration.weights() if self._calibration is not None else {}
+        calibration = self._calibrations.get(tenant)
+        return calibration.weights() if calibration is not None else {}
 
     @property
     def held_tokens(self) -> int:
         """Tokens held by every tree of the index."""
-        return self._scopes.held_tokens + self._global_text.tokens
+        return self._scopes.held_tokens + self._global_tokens()
 
     # ------------------------------------------------------------------ drafting
 
@@ -307,9 +329,9 @@ class DraftIndex:
         ]
         if call.group is not None:
             candidates += [(call.group.call_text, Level.GROUP), (call.group.seed_text, Level.GROUP)]
-        if self._drafts_from_global(call):
-            candidates.append((self._global_text, Level.GLOBAL))
-        calibration = self._calibration
+        if self._drafts_from_global(call) and call.global_seq is not None:
+            candidates.append((self._global_text[call.tenant], Level.GLOBAL))
+        calibration = self._calibration(call.tenant)
         best: TreeDraft | None = None
         best_level = Level.NONE
         best_score = 0.0
@@ -333,13 +355,38 @@ class DraftIndex:
 
     # ------------------------------------------------------------------ budgets
 
+    def _global_corpus(self, tenant: str) -> Corpus:
+        corpus = self._global_text.get(tenant)
+        if corpus is None:
+            corpus = self._global_text[tenant] = Corpus(self._max_depth)
+            self._global_written[tenant] = set()
+        return corpus
+
+    def _global_tokens(self) -> int:
+        return sum(c.tokens for c in self._global_text.values())
+
+    def _calibration(self, tenant: str) -> LevelCalibration | None:
+        if not self.config.policy.calibrate_levels:
+            return None
+        calibration = self._calibrations.get(tenant)
+        if calibration is None:
+            calibration = self._calibrations[tenant] = LevelCalibration()
+        return calibration
+
     def _enforce_budgets(self, *touched: Scope | None) -> None:
         """Bring every budget back within its limit; ``touched`` are the scopes that grew."""
-        while self._global_text.tokens > self.config.global_max_tokens:
-            freed = self._global_text.drop_oldest(keep=self._global_written)
+        total = self._global_tokens()
+        while total > self.config.global_max_tokens:
+            # The tenant holding the most global text gives up its oldest first.
+            freed = 0
+            for tenant in sorted(self._global_text, key=lambda t: -self._global_text[t].tokens):
+                freed = self._global_text[tenant].drop_oldest(keep=self._global_written[tenant])
+                if freed:
+                    break
             if not freed:
-                break
+                break  # everything is in use: over budget until calls finish
             self._global_evicted_tokens += freed
+            total -= freed
         self._scopes.enforce_budgets(*touched)
 
     # ------------------------------------------------------------------ validation
@@ -356,6 +403,12 @@ class DraftIndex:
             hash(value)
         except TypeError:
             raise DraftIndexError(f"{what} must be hashable, got {type(value).__name__}") from None
+
+    @staticmethod
+    def _check_tenant(value: object) -> str:
+        if not isinstance(value, str):
+            raise DraftIndexError(f"tenant must be a string, got {value!r}")
+        return value
 
     @staticmethod
     def _check_scope_id(value: object, what: str) -> str | None:
@@ -381,4 +434,5 @@ class DraftIndex:
             last_index_new_tokens=s.last_index_new_tokens,
             held_tokens=scope.tokens,
             group_id=s.group_id,
+            accepted_tokens_by_level=dict(s.accepted_tokens_by_level),
         )

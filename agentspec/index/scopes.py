@@ -39,6 +39,8 @@ class ScopeKind(StrEnum):
 class ScopeKey(NamedTuple):
     kind: ScopeKind
     id: str
+    #: Whose text it holds: the same id in two tenants names two scopes.
+    tenant: str = ""
 
 
 @dataclass(slots=True, eq=False)

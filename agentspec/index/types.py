@@ -7,7 +7,7 @@ group (:class:`ScopeStats`) and of the whole index (:class:`IndexStats`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 __all__ = ["CallStart", "Draft", "IndexStats", "Level", "ScopeStats"]
@@ -70,6 +70,8 @@ class ScopeStats:
     last_index_new_tokens: int = 0
     held_tokens: int = 0
     group_id: str | None = None
+    #: Accepted draft tokens by the level that drafted them (call, session, group, global).
+    accepted_tokens_by_level: dict[str, int] = field(default_factory=dict)
 
     @property
     def acceptance_rate(self) -> float:

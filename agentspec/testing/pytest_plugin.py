@@ -12,7 +12,8 @@ pytest run each kind of server starts at most once). Fixtures:
   served name ``tiny``, hermes tool calling on);
 - ``agentspec_peer_server``: a second ``agentspec serve`` on the tiny model, a replica of
   ``agentspec_server``: the two exchange their outputs through a shared folder
-  (``EngineSettings.exchange_dir``, which both always get);
+  (``EngineSettings.exchange_dir``, which both always get); it shares drafting across
+  tenants (``share_across_tenants``), the other isolates them (the default);
 - ``plain_server``: plain vLLM on the same model without speculation, the reference for
   losslessness;
 - ``agentspec_secured_server``: ``agentspec serve`` with API keys (``SECURED_API_KEYS``).
@@ -90,7 +91,11 @@ class _Servers:
         if kind in self.servers:
             return
         if kind in ("agentspec", "peer"):
-            settings = EngineSettings(index=TEST_INDEX_CONFIG, exchange_dir=str(self.exchange_dir))
+            # The peer shares drafting across tenants (the operator's option), so that the
+            # tenant tests see the leak isolation prevents on the other.
+            settings = EngineSettings(
+                index=TEST_INDEX_CONFIG, exchange_dir=str(self.exchange_dir), share_across_tenants=kind == "peer"
+            )
             server = VLLMServer.launch(self.model_dir, agentspec=True, settings=settings, log_dir=self.log_dir)
         elif kind == "secured":
             keys = ["--api-key", *SECURED_API_KEYS]  # one option, several values (a repeated option replaces)

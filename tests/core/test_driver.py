@@ -120,4 +120,4 @@ def test_recent_sessions_forget_what_the_index_evicted() -> None:
         d.admit(f"r{i}", RequestSpec(f"s{i}", None))
         d.begin(f"r{i}", PROMPT)
         d.release(f"r{i}")
-    assert list(d.recent_sessions()) == ["s1", "s2"]
+    assert list(d.recent_sessions()) == [("", "s1"), ("", "s2")]

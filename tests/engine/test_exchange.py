@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentspec.engine.exchange import HEADER_BYTES, MAX_RECORD_TOKENS, CorpusExchange
+from agentspec.engine.exchange import HEADER_BYTES, MAX_RECORD_TOKENS, CorpusExchange, TenantExchange, tenant_of
 
 
 def _toks(*values: int) -> np.ndarray:
@@ -162,3 +162,14 @@ def test_a_reader_far_behind_keeps_the_newest(tmp_path: Path) -> None:
 def test_names_are_made_safe(tmp_path: Path) -> None:
     ex = CorpusExchange(tmp_path, "host/with space-12-dp0")
     assert ex.path.parent == tmp_path and ex.path.name == "host_with_space-12-dp0.tok"
+
+
+def test_tenants_have_files_of_their_own(tmp_path: Path) -> None:
+    a, b = TenantExchange(tmp_path, "a"), TenantExchange(tmp_path, "b")
+    assert a.publish(_toks(1, 2), "k-1") and a.publish(_toks(3), "") and a.publish(_toks(4), "k-2.s-9")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tok", "a~k-1.tok", "a~k-2.s-9.tok"]
+    assert sorted((t, list(x)) for t, x in b.poll()) == [("", [3]), ("k-1", [1, 2]), ("k-2.s-9", [4])]
+    assert b.poll() == [] and a.poll() == []  # nothing new, and never one's own records
+    assert tenant_of("a~k-1.tok") == "k-1" and tenant_of("a.tok") == ""
+    with pytest.raises(ValueError, match="tenant ids"):
+        CorpusExchange(tmp_path, "c", tenant="../x")

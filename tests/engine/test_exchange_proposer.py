@@ -36,7 +36,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     return clock
 
 
-def _proposer(exchange_dir: Path, worker_name: str, *, exchange_ok: bool = True):
+def _proposer(exchange_dir: Path, worker_name: str, *, exchange_ok: bool = True, share: bool = False):
     spec = SimpleNamespace(
         num_speculative_tokens=K,
         suffix_decoding_max_tree_depth=24,
@@ -44,16 +44,15 @@ def _proposer(exchange_dir: Path, worker_name: str, *, exchange_ok: bool = True)
         suffix_decoding_min_token_prob=0.1,
     )
     config = SimpleNamespace(speculative_config=spec, model_config=SimpleNamespace(max_model_len=4096))
-    settings = EngineSettings(exchange_dir=str(exchange_dir), exchange_interval_s=0.5)
+    settings = EngineSettings(exchange_dir=str(exchange_dir), exchange_interval_s=0.5, share_across_tenants=share)
     proposer = proposer_mod.AgentspecProposer(config, settings)  # type: ignore[arg-type]
     proposer.bind(publish=False, worker_name=worker_name, exchange_ok=exchange_ok)
     return proposer
 
 
-def _params(session_id: str, max_tokens: int) -> SimpleNamespace:
-    return SimpleNamespace(
-        extra_args={"session_id": session_id}, max_tokens=max_tokens, eos_token_id=None, stop_token_ids=None
-    )
+def _params(session_id: str, max_tokens: int, tenant: str | None = None) -> SimpleNamespace:
+    extra = {"session_id": session_id} | ({"agentspec_tenant": tenant} if tenant is not None else {})
+    return SimpleNamespace(extra_args=extra, max_tokens=max_tokens, eos_token_id=None, stop_token_ids=None)
 
 
 def _step(proposer, req_id: str, prompt: list[int], generated: list[int]) -> list[int]:
@@ -115,3 +114,26 @@ def test_off_unless_alone_in_its_parallel_groups(
     _finish_a_call(a)
     assert "exchange_published_total" not in a.driver.counters
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("share", [False, True], ids=["isolated", "shared"])
+def test_outputs_cross_within_their_tenant_only(tmp_path: Path, clock: _Clock, share: bool) -> None:
+    a, b = _proposer(tmp_path, "proposer-dp0", share=share), _proposer(tmp_path, "proposer-dp1", share=share)
+    a.on_request_added("a-1", _params("sa", max_tokens=len(OUTPUT), tenant="k-tenant-a"))
+    _step(a, "a-1", list(range(1, 20)), OUTPUT)
+    a.on_requests_finished(["a-1"])
+    # Isolated: one file per tenant; sharing: everything is the one shared tenant's.
+    (written,) = [p.name for p in tmp_path.iterdir()]
+    assert written.endswith(".tok") and ("~" not in written if share else written.endswith("~k-tenant-a.tok"))
+    clock.now = 0.6
+    b.on_step_end(idle=True)
+    assert b.driver.counters["exchange_received_tokens_total"] == len(OUTPUT)
+
+    def drafts_from_a(req: str, tenant: str) -> bool:
+        b.on_request_added(req, _params(f"s-{req}", max_tokens=64, tenant=tenant))
+        draft = _step(b, req, list(range(500, 510)) + OUTPUT[:8], OUTPUT[8:9])
+        b.on_requests_finished([req])
+        return bool(draft) and draft == OUTPUT[9 : 9 + len(draft)]
+
+    assert drafts_from_a("b-a", "k-tenant-a")  # A's own text, on the other replica
+    assert drafts_from_a("b-b", "k-tenant-b") is share  # B gets it only when the operator shares

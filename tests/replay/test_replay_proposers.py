@@ -20,7 +20,7 @@ class FakeIndex:
 
     config = SimpleNamespace(max_sessions=8)
 
-    def start_call(self, call_id, prompt, session_id=None, group_id=None):
+    def start_call(self, call_id, prompt, session_id=None, group_id=None, tenant=""):
         self.log.append(("start", call_id, list(prompt), session_id, group_id))
         return SimpleNamespace(new_tokens=len(prompt), reused_tokens=0)
 
