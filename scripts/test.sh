@@ -6,6 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
+# The example harness confines model-written commands with bubblewrap (Debian's package);
+# its tests skip, saying so, where bwrap cannot be had.
+if ! command -v bwrap >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) \
+    || echo "test.sh: could not install bubblewrap; the harness's isolation tests will skip" >&2
+fi
 status=0
 .venv/bin/python -m pytest "$@" || status=$?
 if [ "$#" -eq 0 ]; then

@@ -14,15 +14,22 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
+import functools
+import getpass
 import json
 import os
 import re
+import resource
+import selectors
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -83,6 +90,20 @@ def load_instances(path: str | os.PathLike[str]) -> list[Instance]:
 
 
 @dataclasses.dataclass(frozen=True)
+class Limits:
+    """Per-process resource limits (``setrlimit``) of every command; 0 turns one off."""
+
+    memory_mb: int = 4096
+    """Address space of each process (RLIMIT_AS)."""
+    cpu_s: int = 120
+    """CPU seconds of each process (RLIMIT_CPU); the wall-clock timeout is separate."""
+    file_mb: int = 256
+    """Largest file a process may write (RLIMIT_FSIZE)."""
+    procs: int = 4096
+    """Processes and threads of the user, all of theirs counted (RLIMIT_NPROC): a fork-bomb brake."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     """How each attempt runs."""
 
@@ -94,6 +115,10 @@ class Settings:
     command_timeout_s: float = 60.0
     output_limit: int = 4000
     """Characters of a command's output sent back to the model (head and tail kept)."""
+    isolation: str = "auto"
+    """How commands are confined: auto, bwrap or none (see :func:`resolve_isolation`)."""
+    limits: Limits = Limits()
+    """Resource limits of every command."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +169,15 @@ def wants_submit(text: str) -> bool:
     return any(line.strip() in _SUBMIT_LINES for line in text.splitlines())
 
 
-# -- the sandbox -------------------------------------------------------------------------
+# -- running the model's commands ---------------------------------------------------------
+#
+# The commands come from a model: they are untrusted code. Each one runs with an
+# environment built from scratch (nothing of the harness's own, so no API keys), in the
+# attempt's throwaway copy of the repository, under a wall-clock timeout that kills
+# everything it started, an output cap and resource limits. With bubblewrap it also runs
+# in its own namespaces: no network, the system read-only, nothing of the caller's files
+# but the working copy. Without it the command runs as the current user: it can read
+# their files, reach the network and see their other processes (README.md says more).
 
 
 def truncate(text: str, limit: int) -> str:
@@ -157,31 +190,310 @@ def truncate(text: str, limit: int) -> str:
     return f"{text[:head]}\n[... {cut} characters cut ...]\n{text[len(text) - tail:]}"
 
 
-def run_command(command: str, cwd: Path, *, timeout_s: float, limit: int) -> CommandResult:
-    """Run ``command`` in a shell in ``cwd``; kill its whole process group on timeout."""
-    env = dict(os.environ)
-    # `python` in a task's commands means the interpreter running the harness (which has
-    # pytest), even when its folder is not on PATH (a virtualenv used without activating).
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    shell = shutil.which("bash") or "sh"
-    proc = subprocess.Popen(
-        [shell, "-c", command],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own group, so a timeout also kills what it started
-    )
+SANDBOX_REPO = "/repo"
+"""Where the working copy is mounted inside bubblewrap."""
+_SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# The few files of /etc that programs and the dynamic linker read; the rest stays hidden.
+_ETC_FILES = (
+    "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+    "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/hosts",
+)  # fmt: skip
+_READ_CHUNK = 65536
+_DRAIN_GRACE_S = 1.0
+
+
+class Isolation(str, enum.Enum):
+    auto = "auto"
+    bwrap = "bwrap"
+    none = "none"
+
+
+class IsolationError(RuntimeError):
+    """``isolation="bwrap"`` was asked for and bubblewrap does not work here."""
+
+
+def command_path() -> str:
+    """The commands' PATH: the harness's interpreter first (`python` is the one that has
+    pytest, even in a virtualenv used without activating it), then the system's folders."""
+    return os.pathsep.join([str(Path(sys.executable).parent), _SYSTEM_PATH])
+
+
+def command_env(home: str, tmpdir: str) -> dict[str, str]:
+    """The whole environment of a command: an allow-list, nothing inherited."""
+    return {
+        "PATH": command_path(),
+        "HOME": home,
+        "TMPDIR": tmpdir,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+
+
+def _shell() -> str:
+    return shutil.which("bash", path=_SYSTEM_PATH) or "/bin/sh"
+
+
+def _interpreter_dirs() -> list[str]:
+    """The folders the harness's interpreter needs (its prefixes), outside the system's."""
+    candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    candidates += [os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
+    dirs: list[str] = []
+    for path in candidates + [os.path.realpath(p) for p in candidates]:
+        path = os.path.abspath(path)
+        if path == "/" or not os.path.isdir(path) or path in dirs:
+            continue
+        if any(path == d or path.startswith(d.rstrip("/") + "/") for d in _SYSTEM_DIRS):
+            continue
+        dirs.append(path)
+    # A folder inside another one already listed comes with it.
+    return [d for d in dirs if not any(d != o and d.startswith(o + "/") for o in dirs)]
+
+
+def bwrap_argv(bwrap: str, workdir: Path, env: Mapping[str, str]) -> list[str]:
+    """bubblewrap's arguments up to the command: the system and the interpreter read-only,
+    the working copy read-write at :data:`SANDBOX_REPO`, a private /tmp, no network, new
+    user/pid/ipc/uts/cgroup namespaces, and only ``env`` as the environment."""
+    argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+    for name in _SYSTEM_DIRS:
+        if os.path.islink(name):
+            argv += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            argv += ["--ro-bind", name, name]
+    for name in _ETC_FILES:
+        argv += ["--ro-bind-try", name, name]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home"]
+    for name in _interpreter_dirs():
+        argv += ["--ro-bind", name, name]
+    argv += ["--bind", str(workdir), SANDBOX_REPO, "--chdir", SANDBOX_REPO]
+    argv += ["--remount-ro", "/"]  # the sandbox's own root, holding the mount points
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    return argv + ["--"]
+
+
+@functools.cache
+def bwrap_problem() -> str | None:
+    """None when bubblewrap works here, else why not; probed once per process by starting
+    the harness's interpreter inside it (user namespaces are often unavailable)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bwrap (bubblewrap) is not on PATH"
+    with tempfile.TemporaryDirectory(prefix="swe-probe-") as tmp:
+        argv = bwrap_argv(bwrap, Path(tmp), command_env("/tmp/home", "/tmp"))
+        try:
+            probe = subprocess.run(
+                [*argv, sys.executable, "-c", "pass"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=30,
+                env={"PATH": _SYSTEM_PATH},
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{bwrap} failed to start: {exc}"
+    if probe.returncode != 0:
+        error = probe.stderr.decode("utf-8", errors="replace").strip() or f"exit code {probe.returncode}"
+        return f"{bwrap} does not work here: {error}"
+    return None
+
+
+def _user() -> str:
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        timed_out = True
-    text = truncate(out.decode("utf-8", errors="replace"), limit)
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name (e.g. a container's anonymous uid)
+        return f"uid {os.getuid()}"
+
+
+def unconfined_warning(problem: str) -> str:
+    return (
+        f"{problem}. The model's commands run UNCONFINED as user {_user()!r}: they can "
+        "read and change your files, reach the network and see your processes. Only their "
+        "environment is scrubbed, and they run in a throwaway copy under time, output and "
+        "resource limits. Install bubblewrap (Debian: apt-get install bubblewrap) or use containers."
+    )
+
+
+def resolve_isolation(mode: str) -> str:
+    """``"bwrap"`` or ``"none"``: what ``mode`` (auto, bwrap, none) comes to here.
+
+    ``auto`` falls back to ``none`` with a RuntimeWarning; ``bwrap`` raises IsolationError.
+    """
+    mode = Isolation(mode).value
+    if mode == "none":
+        return "none"
+    problem = bwrap_problem()
+    if problem is None:
+        return "bwrap"
+    if mode == "bwrap":
+        raise IsolationError(problem)
+    warnings.warn(unconfined_warning(problem), RuntimeWarning, stacklevel=2)
+    return "none"
+
+
+def _set_limits(limits: Limits) -> None:
+    """Runs in the child between fork and exec; bubblewrap and all below inherit the limits."""
+    mb = 1024 * 1024
+    wanted = [
+        (resource.RLIMIT_AS, limits.memory_mb * mb),
+        (resource.RLIMIT_CPU, limits.cpu_s),
+        (resource.RLIMIT_FSIZE, limits.file_mb * mb),
+        (resource.RLIMIT_NPROC, limits.procs),
+    ]
+    for which, value in wanted:
+        if value <= 0:
+            continue
+        try:
+            _, hard = resource.getrlimit(which)
+            if hard != resource.RLIM_INFINITY:
+                value = min(value, hard)
+            resource.setrlimit(which, (value, value))  # hard too: the command cannot raise it
+        except (ValueError, OSError):  # not supported here (e.g. RLIMIT_AS on macOS)
+            pass
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ValueError, OSError):
+        pass
+
+
+_UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
+
+
+class _HeadTail:
+    """The first and last ``cap`` bytes of a stream, and how many bytes and (UTF-8)
+    characters there were in all."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.chars = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self.chars += len(chunk.translate(None, _UTF8_CONTINUATION))
+        room = self.cap - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.cap:
+                del self.tail[: len(self.tail) - self.cap]
+
+    def text(self, limit: int) -> str:
+        if self.total == len(self.head) + len(self.tail):  # nothing was dropped
+            return truncate(bytes(self.head + self.tail).decode("utf-8", errors="replace"), limit)
+        head_n = limit // 2
+        tail_n = limit - head_n
+        head = bytes(self.head).decode("utf-8", errors="replace")[:head_n]
+        tail = bytes(self.tail).decode("utf-8", errors="replace")[-tail_n:] if tail_n else ""
+        return f"{head}\n[... {self.chars - len(head) - len(tail)} characters cut ...]\n{tail}"
+
+
+def _has_exited(pid: int) -> bool:
+    """Whether ``pid`` has exited, without reaping it: its zombie keeps the pid and the
+    process group id from being reused until :meth:`Popen.wait`."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # nothing left of the group
+        pass
+
+
+def _read_capped(proc: subprocess.Popen[bytes], timeout_s: float, limit: int) -> tuple[str, bool]:
+    """Read ``proc``'s output until it exits or times out, keeping only a head and a tail,
+    then kill its process group: on timeout everything, otherwise what it left running."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    out = _HeadTail(cap=4 * limit + 16)  # 4 bytes per character at most in UTF-8
+    deadline = time.monotonic() + timeout_s
+    timed_out = False
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        eof = False
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            if eof:  # output closed (programs close it just before they exit): wait for the exit
+                try:
+                    proc.wait(timeout=remaining)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                break  # a reaped leader's group id stays reserved while the group has members
+            if selector.select(min(remaining, 0.05)):
+                chunk = os.read(fd, _READ_CHUNK)
+                eof = not chunk
+                out.add(chunk)
+            if not eof and _has_exited(proc.pid):
+                break  # a background child may still hold the pipe open
+        _kill_group(proc.pid)
+        # What the group wrote before it died; a process that escaped the group (setsid)
+        # could keep the pipe open, so this waits a moment at most.
+        grace = time.monotonic() + _DRAIN_GRACE_S
+        while not eof and (remaining := grace - time.monotonic()) > 0:
+            if selector.select(remaining):
+                chunk = os.read(fd, _READ_CHUNK)
+                eof = not chunk
+                out.add(chunk)
+    proc.stdout.close()
+    proc.wait()
+    return out.text(limit), timed_out
+
+
+def run_command(
+    command: str,
+    cwd: Path,
+    *,
+    timeout_s: float,
+    limit: int,
+    isolation: str = "auto",
+    limits: Limits = Limits(),
+) -> CommandResult:
+    """Run ``command`` in a shell in the working copy ``cwd``.
+
+    The environment is :func:`command_env` only (HOME and TMPDIR in a scratch folder
+    deleted afterwards); the output is read in chunks, head and tail kept, so its size
+    does not matter; the process group is killed when the shell exits (background
+    children die with it) or after ``timeout_s``; ``limits`` apply to every process.
+    ``isolation``: see :func:`resolve_isolation`; under bubblewrap ``cwd`` is seen at
+    :data:`SANDBOX_REPO` and HOME and TMPDIR are in a private /tmp.
+    """
+    mode = resolve_isolation(isolation)
+    shell = _shell()
+    cwd = Path(cwd).resolve()
+    with tempfile.TemporaryDirectory(prefix="swe-cmd-", ignore_cleanup_errors=True) as scratch:
+        if mode == "bwrap":
+            bwrap = shutil.which("bwrap")
+            if bwrap is None:
+                raise IsolationError("bwrap (bubblewrap) is not on PATH")
+            argv = bwrap_argv(bwrap, cwd, command_env("/tmp/home", "/tmp")) + [shell, "-c", command]
+            env, run_cwd = {"PATH": _SYSTEM_PATH}, scratch
+        else:
+            home, tmp = Path(scratch, "home"), Path(scratch, "tmp")
+            home.mkdir()
+            tmp.mkdir()
+            argv = [shell, "-c", command]
+            env, run_cwd = command_env(str(home), str(tmp)), str(cwd)
+        proc = subprocess.Popen(
+            argv,
+            cwd=run_cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, killed as a whole
+            # Only setrlimit calls between fork and exec; the harness starts no threads.
+            preexec_fn=functools.partial(_set_limits, limits),  # noqa: PLW1509
+        )
+        text, timed_out = _read_capped(proc, timeout_s, limit)
     return CommandResult(None if timed_out else proc.returncode, text, timed_out)
 
 
@@ -279,7 +591,14 @@ def agent_loop(session: Session, messages: list[dict[str, str]], root: Path, set
 
 
 def run_in(root: Path, command: str, settings: Settings) -> CommandResult:
-    return run_command(command, root, timeout_s=settings.command_timeout_s, limit=settings.output_limit)
+    return run_command(
+        command,
+        root,
+        timeout_s=settings.command_timeout_s,
+        limit=settings.output_limit,
+        isolation=settings.isolation,
+        limits=settings.limits,
+    )
 
 
 def run_attempt(
@@ -348,6 +667,11 @@ def run_instance(
 
 _URL_HELP = f"Server URL; repeat for several backends (default: {DEFAULT_URL})."
 _INSTANCES_HELP = "JSONL file of task instances (default: instances.jsonl beside harness.py)."
+_ISOLATION_HELP = (
+    "How the model's commands are confined: bwrap (bubblewrap: no network, system read-only, "
+    "only the working copy writable), none (scrubbed environment and limits only), auto "
+    "(bwrap when it works here, else none with a warning)."
+)
 app = typer.Typer(add_completion=False, help=__doc__.splitlines()[0] if __doc__ else None)
 console = Console()
 
@@ -392,9 +716,25 @@ def main(
     timeout: Annotated[float, typer.Option(help="Seconds a command may run.")] = 60.0,
     output_limit: Annotated[int, typer.Option(min=100, help="Output characters sent back.")] = 4000,
     results: Annotated[Path | None, typer.Option(help="Write one JSON line per attempt here.")] = None,
+    isolation: Annotated[Isolation, typer.Option(help=_ISOLATION_HELP)] = Isolation.auto,
+    max_memory_mb: Annotated[int, typer.Option(min=0, help="Address space per process, MiB (0: no limit).")] = 4096,
+    max_cpu_seconds: Annotated[int, typer.Option(min=0, help="CPU seconds per process (0: no limit).")] = 120,
+    max_file_mb: Annotated[int, typer.Option(min=0, help="Largest file a command writes, MiB (0: no limit).")] = 256,
+    max_procs: Annotated[int, typer.Option(min=0, help="Processes of your user, all counted (0: no limit).")] = 4096,
 ) -> None:
     """Run every instance's attempts and print how each went."""
-    settings = Settings(attempts, max_turns, repairs, max_tokens, temperature, timeout, output_limit)
+    try:
+        mode = resolve_isolation(isolation.value) if isolation != Isolation.auto else None
+    except IsolationError as exc:
+        console.print(f"[red]--isolation bwrap:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    if mode is None:  # auto: say it when the commands will run unconfined
+        problem = bwrap_problem()
+        if problem is not None:
+            console.print(f"[bold yellow]warning:[/bold yellow] {unconfined_warning(problem)}")
+        mode = "none" if problem else "bwrap"
+    limits = Limits(max_memory_mb, max_cpu_seconds, max_file_mb, max_procs)
+    settings = Settings(attempts, max_turns, repairs, max_tokens, temperature, timeout, output_limit, mode, limits)
     tasks = load_instances(instances)
     backends = base_url or [DEFAULT_URL]
     all_results: list[AttemptResult] = []
