@@ -9,11 +9,24 @@ with AgentSpecClient(backends=["http://gpu1:8000", "http://gpu2:8000"], model="m
         print(reply.content, session.stats().acceptance_rate)
 ```
 
-See docs/client.md.
+Integrations that make their own HTTP calls route them with :class:`BackendRouter` (pins,
+health, and the retry machine of :mod:`agentspec.client.attempts`). See docs/client.md.
 """
 
+from .attempts import (
+    Attempt,
+    CallAttempts,
+    Failure,
+    FailureKind,
+    Probe,
+    Received,
+    Wait,
+    classify_error,
+    describe,
+    parse_retry_after,
+)
 from .client import AgentSpecClient, AsyncAgentSpecClient
-from .config import ClientConfig, RetryPolicy
+from .config import ClientConfig, RetryPolicy, normalise_backend
 from .errors import (
     AgentSpecClientError,
     BackendUnavailableError,
@@ -26,8 +39,8 @@ from .errors import (
     SessionNotFoundError,
     StreamInterruptedError,
 )
-from .health import BackendState
 from .history import Seed, SeedKind, SeedScope
+from .router import BackendRouter, BackendState, classify_http_error
 from .session import AsyncChatStream, AsyncSession, ChatStream, Session
 from .types import ChatResult, SeedReceipt, SessionStats, TokenCompletion, Turn
 
@@ -37,15 +50,22 @@ __all__ = [
     "AsyncAgentSpecClient",
     "AsyncChatStream",
     "AsyncSession",
+    "Attempt",
+    "BackendRouter",
     "BackendState",
     "BackendUnavailableError",
+    "CallAttempts",
     "ChatResult",
     "ChatStream",
     "ClientClosedError",
     "ClientConfig",
+    "Failure",
+    "FailureKind",
     "InvalidIdError",
     "InvalidSeedError",
     "NoHealthyBackendError",
+    "Probe",
+    "Received",
     "RetryPolicy",
     "Seed",
     "SeedKind",
@@ -59,4 +79,10 @@ __all__ = [
     "StreamInterruptedError",
     "TokenCompletion",
     "Turn",
+    "Wait",
+    "classify_error",
+    "classify_http_error",
+    "describe",
+    "normalise_backend",
+    "parse_retry_after",
 ]

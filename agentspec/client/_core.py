@@ -1,5 +1,5 @@
-"""State shared by the sync and async twins, with no I/O: the client's backends and pins,
-and one session's ids, transcript, history and pending seeds."""
+"""State shared by the sync and async twins, with no I/O: the client's router, and one
+session's ids, transcript, history, pending seeds and the attempts of its calls."""
 
 from __future__ import annotations
 
@@ -8,36 +8,27 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _wire
+from .attempts import CallAttempts
 from .config import ClientConfig
 from .errors import InvalidSeedError, SessionClosedError
-from .health import HealthBook
 from .history import History, Seed, message_text
-from .routing import PinTable
+from .router import BackendRouter
 from .types import ChatResult, TokenCompletion, Turn
 
 
 class ClientCore:
-    """Backends, their health and the pin table of one client instance."""
+    """The router (backends, health, pins) and request defaults of one client instance."""
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
-        self.health = HealthBook(config.backends)
-        self.pins = PinTable(config.load_factor)
+        self.router = BackendRouter(config.backends, load_factor=config.load_factor)
         headers = {"Accept": "application/json", **config.default_headers}
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
         self.headers = headers
         self.closed = False
-
-    def resolve(self, group: str) -> str | None:
-        """The group's backend, pinning it first when needed; None when none is healthy."""
-        healthy = self.health.healthy()
-        if not healthy:
-            return None
-        return self.pins.resolve(group, healthy)
-
-    def mark_down(self, backend: str, reason: str) -> None:
-        self.health.mark_down(backend, reason)
+        # Statistics live on one server: asking another would only find nothing there.
+        self.stats_policy = config.retry.model_copy(update={"max_attempts": 1})
 
 
 class SessionCore:
@@ -56,7 +47,7 @@ class SessionCore:
         self.backend: str | None = None
         self.closed = False
         self._lock = threading.Lock()
-        client.pins.register(self.group_id)
+        client.router.open_session(self.group_id)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -71,14 +62,18 @@ class SessionCore:
             if self.closed:
                 return
             self.closed = True
-        self.client.pins.unregister(self.group_id)
+        self.client.router.close_session(self.group_id)
 
-    def stats_backend(self) -> str | None:
-        """Where to ask for the session's statistics: its backend, unless that is down."""
-        backend = self.backend
-        if backend is not None and self.client.health.is_up(backend):
-            return backend
-        return None
+    def attempts(self, *, stats: bool = False) -> CallAttempts:
+        """The retry machine of one call of the session (``stats``: a statistics request,
+        one attempt, to the backend holding the session when that is up)."""
+        return self.client.router.attempts(
+            self.group_id,
+            self.client.stats_policy if stats else self.client.config.retry,
+            check_open=self.check_open,
+            prefer=self.backend if stats else None,
+            probe=True,
+        )
 
     # -- seeds -----------------------------------------------------------------------------
 

@@ -1,12 +1,13 @@
 """Sans-I/O helpers shared by the sync and async clients: ids, request bodies, response
-classification, and the server-sent-events stream of a chat completion."""
+classification, and the events of a streamed chat completion (read by httpx-sse)."""
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 import httpx
 
@@ -20,6 +21,7 @@ from agentspec.wire import (
     is_valid_id,
 )
 
+from .attempts import Attempt, Received, parse_retry_after
 from .errors import (
     BackendUnavailableError,
     InvalidIdError,
@@ -96,44 +98,283 @@ def error_message(response: httpx.Response) -> tuple[str, Any]:
     return json.dumps(body)[:500], body
 
 
-class TooManyRequests(Exception):
-    """429: retry the same backend later; it is not down."""
-
-
 def classify(response: httpx.Response, backend: str, *, stats: bool = False) -> None:
     """Raise for a response that is not a success.
 
-    5xx → :class:`BackendUnavailableError` (fail over); 429 → :class:`TooManyRequests`;
-    other 4xx → :class:`ServerRefusedError` with the server's message (404 on the stats
-    endpoint → :class:`SessionNotFoundError`). The response body must have been read.
+    5xx → :class:`BackendUnavailableError` (fail over); other 4xx → :class:`ServerRefusedError`
+    with the server's message (429 too: the retry policy retries it on the same backend;
+    404 on the stats endpoint → :class:`SessionNotFoundError`). Both carry the server's
+    ``Retry-After``. The response body must have been read.
     """
     code = response.status_code
     if 200 <= code < 300:
         return
     message, body = error_message(response)
+    retry_after = parse_retry_after(response.headers, time.time())
     if code >= 500:
-        raise BackendUnavailableError(backend, f"{code}: {message}", status_code=code)
-    if code == 429:
-        raise TooManyRequests(message)
+        raise BackendUnavailableError(
+            backend, f"{code}: {message}", status_code=code, retry_after_s=retry_after
+        )
     if stats and code == 404:
         raise SessionNotFoundError(code, message, backend=backend, body=body)
-    raise ServerRefusedError(code, message, backend=backend, body=body)
+    raise ServerRefusedError(code, message, backend=backend, body=body, retry_after_s=retry_after)
 
 
-DONE: Final = object()
+def json_body(response: httpx.Response, backend: str, *, stats: bool = False) -> Any:
+    """The JSON of a successful response; raises as :func:`classify` does, and
+    :class:`BackendUnavailableError` for a body that is not JSON."""
+    classify(response, backend, stats=stats)
+    try:
+        return response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BackendUnavailableError(backend, f"malformed JSON response: {exc}") from exc
 
 
-def parse_sse_line(line: str) -> dict[str, Any] | object | None:
-    """One line of an SSE stream: a JSON event, :data:`DONE`, or None (comment, blank, field)."""
-    if not line.startswith("data:"):
-        return None
-    data = line[5:].strip()
-    if not data:
-        return None
-    if data == "[DONE]":
-        return DONE
-    event = json.loads(data)
-    return event if isinstance(event, dict) else None
+def stream_error(event: Mapping[str, Any], backend: str) -> Exception:
+    """An ``{"error": ...}`` event inside a stream: a refusal (4xx code) or a failure."""
+    err = event.get("error")
+    message = err.get("message") if isinstance(err, Mapping) else str(err)
+    code = err.get("code") if isinstance(err, Mapping) else None
+    if isinstance(code, int) and 400 <= code < 500:
+        return ServerRefusedError(code, str(message), backend=backend, body=dict(event))
+    return BackendUnavailableError(backend, f"error event in stream: {message}")
+
+
+class StreamReader:
+    """One attempt's streamed chat completion: the ``data`` of each server-sent event in,
+    the chunks to hand to the caller out.
+
+    Role-only chunks are held back until the first chunk with output, so a failure before
+    the first token stays retryable; what is handed out is recorded on the attempt
+    (:meth:`Attempt.output`, and the token ids of the output when the server sends them),
+    which is how the retry machine knows a retry would repeat it and whether it can resume.
+
+    ``resumable``: the request is one a cut stream can be resumed from (see
+    :func:`stream_params`); ``strip``: the token ids were asked for by the client, not the
+    caller, and are taken out of the chunks handed out. An attempt that resumes a cut
+    stream reads a streamed *text* completion (``completion=True``), continuing the earlier
+    attempts' accumulator: its chunks are turned into chat chunks, so the caller sees one
+    chat stream.
+    """
+
+    def __init__(
+        self,
+        attempt: Attempt,
+        *,
+        resumable: bool = False,
+        strip: bool = False,
+        completion: bool = False,
+    ) -> None:
+        self.attempt = attempt
+        resume = attempt.resume_from
+        acc = resume.state if resume is not None else None
+        self.acc = acc if isinstance(acc, ChatAccumulator) else ChatAccumulator()
+        self.done = False
+        """Whether ``[DONE]`` arrived."""
+        self._resumable = resumable
+        self._strip = strip
+        self._completion = completion
+        self._delivered = len(resume.token_ids) if resume is not None else 0
+        self._template = dict(self.acc.last_chunk or {})
+        self._held: list[dict[str, Any]] = []
+        self._held_ids: list[int] = []
+        self._prompt_ids: list[int] | None = None
+        self._reported = len(self.acc.text)  # characters of acc.text recorded on the attempt
+
+    def feed(self, data: str) -> list[dict[str, Any]]:
+        """The chunks an event releases (none while held back)."""
+        if data == "[DONE]":
+            self.done = True
+            return []
+        if not data:
+            return []
+        try:
+            event = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise BackendUnavailableError(self.attempt.backend, f"malformed stream event: {exc}") from exc
+        if not isinstance(event, dict):
+            return []
+        if "error" in event:
+            raise stream_error(event, self.attempt.backend)
+        if self._completion:
+            event = chat_chunk_of_completion(event, self._template, self._delivered)
+        self._take_ids(event)
+        self.acc.feed(event)
+        self._held.append(event)
+        if not self.attempt.received and not self.acc.carries_output(event):
+            return []
+        return self._release()
+
+    def finish(self) -> list[dict[str, Any]]:
+        """The chunks still held once the stream ended; raises when it broke off."""
+        if not self.done and self.acc.finish_reason is None:
+            raise BackendUnavailableError(self.attempt.backend, "stream ended without [DONE]")
+        return self._release()
+
+    def _take_ids(self, event: dict[str, Any]) -> None:
+        prompt = event.get("prompt_token_ids")
+        if isinstance(prompt, list) and self._prompt_ids is None:
+            self._prompt_ids = [int(t) for t in prompt]
+        for choice in event.get("choices") or ():
+            if choice.get("index", 0) == 0 and isinstance(choice.get("token_ids"), list):
+                self._held_ids.extend(int(t) for t in choice["token_ids"])
+        if self._strip:
+            event.pop("prompt_token_ids", None)
+            event.pop("prompt_text", None)
+            for choice in event.get("choices") or ():
+                choice.pop("token_ids", None)
+
+    def _release(self) -> list[dict[str, Any]]:
+        out, self._held = self._held, []
+        if out:
+            text = self.acc.text
+            self.attempt.output(text[self._reported :], len(out))
+            self._reported = len(text)
+            received = self.attempt.received
+            received.token_ids.extend(self._held_ids)
+            self._held_ids = []
+            if received.prompt_token_ids is None:
+                received.prompt_token_ids = self._prompt_ids
+            received.state = self.acc
+            # Exact only for plain text: a tool call or reasoning in progress is parsed by
+            # the chat endpoint, which a text completion cannot continue.
+            received.resumable = (
+                self._resumable
+                and received.prompt_token_ids is not None
+                and not self.acc.tool_calls
+                and not self.acc.reasoning
+            )
+        return out
+
+
+# Requests whose streams are not resumed: their output is shaped by the chat endpoint
+# (tools, grammars) or per choice/token data the text completion would not reproduce.
+_NOT_RESUMABLE = (
+    "tools",
+    "functions",
+    "response_format",
+    "structured_outputs",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "logprobs",
+    "top_logprobs",
+    "prompt_logprobs",
+    "echo",
+)
+# Chat-only fields, dropped from the text completion that resumes a stream.
+_CHAT_ONLY = (
+    "messages",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "functions",
+    "function_call",
+    "response_format",
+    "chat_template",
+    "chat_template_kwargs",
+    "add_generation_prompt",
+    "continue_final_message",
+    "add_special_tokens",
+    "documents",
+    "reasoning_effort",
+    "include_reasoning",
+    "logprobs",
+    "top_logprobs",
+    "n",
+    "echo",
+    "extra_body",
+    "max_completion_tokens",
+    "return_token_ids",
+)
+
+
+def _merged(params: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in params.items() if v is not None}
+    extra = out.pop("extra_body", None)
+    if isinstance(extra, Mapping):
+        out.update({k: v for k, v in extra.items() if v is not None})
+    return out
+
+
+def stream_params(params: Mapping[str, Any], resume: bool) -> tuple[dict[str, Any], bool, bool]:
+    """A streamed chat call's params, whether its stream can be resumed, and whether the
+    client asked for the token ids itself (then they are stripped from the chunks).
+
+    Resumable: plain text generation (no tools, no structured output, one choice, no
+    log-probabilities); then ``return_token_ids`` is asked for, so the output's ids are
+    known when the stream breaks."""
+    merged = _merged(params)
+    if not resume or any(merged.get(k) for k in _NOT_RESUMABLE) or int(merged.get("n") or 1) != 1:
+        return dict(params), False, False
+    if merged.get("return_token_ids"):
+        return dict(params), True, False
+    return {**params, "return_token_ids": True}, True, True
+
+
+def resume_params(params: Mapping[str, Any], resume: Received) -> dict[str, Any] | None:
+    """The streamed ``/v1/completions`` params that continue a cut chat stream: the prompt's
+    token ids plus the output's, the output budget less what was delivered, the other
+    sampling params unchanged. None when the budget is spent (only the end was lost)."""
+    assert resume.prompt_token_ids is not None
+    merged = _merged(params)
+    delivered = len(resume.token_ids)
+    out = {k: v for k, v in merged.items() if k not in _CHAT_ONLY}
+    budget = merged.get("max_tokens", merged.get("max_completion_tokens"))
+    if budget is not None:
+        if int(budget) - delivered <= 0:
+            return None
+        out["max_tokens"] = int(budget) - delivered
+    if merged.get("min_tokens"):
+        out["min_tokens"] = max(0, int(merged["min_tokens"]) - delivered)
+    out["prompt"] = list(resume.prompt_token_ids) + list(resume.token_ids)
+    out["stream"] = True
+    out["return_token_ids"] = True
+    return out
+
+
+def chat_chunk_of_completion(
+    event: Mapping[str, Any], template: Mapping[str, Any], delivered: int
+) -> dict[str, Any]:
+    """A streamed text-completion chunk as the chat chunk that continues the stream
+    ``template`` (its last chunk) came from; usage counts the ``delivered`` tokens as
+    output, not prompt."""
+    choices = []
+    for ch in event.get("choices") or ():
+        choice: dict[str, Any] = {
+            "index": ch.get("index", 0),
+            "delta": {"content": ch.get("text") or ""},
+            "logprobs": None,
+            "finish_reason": ch.get("finish_reason"),
+        }
+        if "stop_reason" in ch:
+            choice["stop_reason"] = ch["stop_reason"]
+        if ch.get("token_ids") is not None:
+            choice["token_ids"] = list(ch["token_ids"])
+        choices.append(choice)
+    out: dict[str, Any] = {
+        "id": template.get("id", event.get("id")),
+        "object": "chat.completion.chunk",
+        "created": template.get("created", event.get("created")),
+        "model": template.get("model", event.get("model")),
+        "choices": choices,
+    }
+    usage = event.get("usage")
+    if isinstance(usage, Mapping):
+        usage = dict(usage)
+        if isinstance(usage.get("prompt_tokens"), int):
+            usage["prompt_tokens"] = max(0, usage["prompt_tokens"] - delivered)
+        if isinstance(usage.get("completion_tokens"), int):
+            usage["completion_tokens"] += delivered
+        out["usage"] = usage
+    return out
+
+
+def finish_chunk(reason: str = "length") -> str:
+    """The closing text-completion chunk of a stream whose whole output budget was
+    delivered before it broke (only its end was lost): what a resumption would have sent."""
+    return json.dumps({"choices": [{"index": 0, "text": "", "finish_reason": reason}]})
 
 
 class ChatAccumulator:

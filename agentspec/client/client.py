@@ -1,8 +1,8 @@
 """The clients: :class:`AgentSpecClient` (sync) and :class:`AsyncAgentSpecClient` (anyio).
 
-A client owns one HTTP connection pool, the health record of its backends and the pin table
-of its groups. It makes sessions; the sessions make the calls. Nothing is global: two clients
-in one process share no state.
+A client owns one HTTP connection pool and a :class:`~agentspec.client.BackendRouter` (the
+health record of its backends and the pins of its groups). It makes sessions; the sessions
+make the calls. Nothing is global: two clients in one process share no state.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from anyio.abc import TaskGroup
 from . import _wire
 from ._core import ClientCore
 from .config import ClientConfig
-from .errors import ClientClosedError, NoHealthyBackendError
-from .health import BackendState, HealthThread, aprobe_all, probe_all, run_health_loop
+from .errors import ClientClosedError
+from .health import HealthThread, aprobe_all, probe_all, run_health_loop
+from .router import BackendRouter, BackendState
 from .session import AsyncSession, Session
 
 __all__ = ["AgentSpecClient", "AsyncAgentSpecClient"]
@@ -51,30 +52,33 @@ class _ClientBase:
     def backends(self) -> tuple[str, ...]:
         return self._core.config.backends
 
+    @property
+    def router(self) -> BackendRouter:
+        """The client's router: backend health and group pins, shared by its sessions."""
+        return self._core.router
+
     def backend_states(self) -> dict[str, BackendState]:
         """A snapshot of every backend's health."""
-        return self._core.health.snapshot()
+        return self._core.router.states()
 
     def healthy_backends(self) -> list[str]:
-        return self._core.health.healthy()
+        return self._core.router.healthy()
 
     def loads(self) -> dict[str, int]:
         """Open sessions per backend, over pinned groups."""
-        return self._core.pins.loads()
+        return self._core.router.loads()
 
     def pinned_backend(self, group_id: str) -> str | None:
         """Where ``group_id`` (or a group-less session's id) is pinned, if it is."""
-        return self._core.pins.backend_of(group_id)
+        return self._core.router.pinned(group_id)
 
     def mark_down(self, backend: str, reason: str = "marked down by the caller") -> None:
         """Take ``backend`` out of rotation until a health probe finds it up."""
-        self._core.mark_down(self._known(backend), reason)
+        self._core.router.mark_down(backend, reason)
 
-    def _known(self, backend: str) -> str:
-        url = backend.rstrip("/")
-        if url not in self._core.health.backends:
-            raise ValueError(f"unknown backend {backend!r}")
-        return url
+    def _targets(self, backends: Sequence[str] | None) -> Sequence[str]:
+        self._check_open()
+        return self.backends if backends is None else [self._core.router.canonical(b) for b in backends]
 
     def _check_open(self) -> None:
         if self._core.closed:
@@ -137,9 +141,7 @@ class AgentSpecClient(_ClientBase):
 
     def check_health(self, backends: Sequence[str] | None = None) -> dict[str, BackendState]:
         """Probe ``backends`` (all when None) now; returns the new snapshot."""
-        self._check_open()
-        targets = self.backends if backends is None else [self._known(b) for b in backends]
-        probe_all(self._http, self._core.health, targets, self.config.health_timeout_s)
+        probe_all(self._http, self._core.router, self._targets(backends), self.config.health_timeout_s)
         return self.backend_states()
 
     def _start_health_thread(self) -> None:
@@ -154,17 +156,6 @@ class AgentSpecClient(_ClientBase):
     def _probe_all(self) -> None:
         if not self._core.closed:
             self.check_health()
-
-    def _backend_for(self, group: str, last_error: BaseException | None = None) -> str:
-        self._check_open()
-        backend = self._core.resolve(group)
-        if backend is None:
-            # Everything is marked down: maybe some came back since. Probe before giving up.
-            self.check_health(self._core.health.down())
-            backend = self._core.resolve(group)
-        if backend is None:
-            raise NoHealthyBackendError(self.backends, last_error)
-        return backend
 
 
 class AsyncAgentSpecClient(_ClientBase):
@@ -230,20 +221,8 @@ class AsyncAgentSpecClient(_ClientBase):
 
     async def check_health(self, backends: Sequence[str] | None = None) -> dict[str, BackendState]:
         """Probe ``backends`` (all when None) now, concurrently; returns the new snapshot."""
-        self._check_open()
-        targets = self.backends if backends is None else [self._known(b) for b in backends]
-        await aprobe_all(self._http, self._core.health, targets, self.config.health_timeout_s)
+        await aprobe_all(self._http, self._core.router, self._targets(backends), self.config.health_timeout_s)
         return self.backend_states()
 
     async def _probe_all(self) -> None:
         await self.check_health()
-
-    async def _backend_for(self, group: str, last_error: BaseException | None = None) -> str:
-        self._check_open()
-        backend = self._core.resolve(group)
-        if backend is None:
-            await self.check_health(self._core.health.down())
-            backend = self._core.resolve(group)
-        if backend is None:
-            raise NoHealthyBackendError(self.backends, last_error)
-        return backend

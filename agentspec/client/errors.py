@@ -78,10 +78,19 @@ class BackendUnavailableError(AgentSpecClientError):
     as the ``last_error`` of a :class:`NoHealthyBackendError` or when retries run out.
     """
 
-    def __init__(self, backend: str, reason: str, status_code: int | None = None) -> None:
+    def __init__(
+        self,
+        backend: str,
+        reason: str,
+        status_code: int | None = None,
+        *,
+        retry_after_s: float | None = None,
+    ) -> None:
         self.backend = backend
         self.reason = reason
         self.status_code = status_code
+        self.retry_after_s = retry_after_s
+        """The server's ``Retry-After`` in seconds (a 503 may send one), else None."""
         super().__init__(f"backend {backend} failed: {reason}")
 
 
@@ -89,6 +98,8 @@ class ServerRefusedError(AgentSpecClientError):
     """The server answered 4xx: the request itself is wrong and retrying will not help.
 
     ``message`` is the server's own explanation (vLLM's ``error.message`` when present).
+    A 429 ("too many requests") is retried on the same backend first (``RetryPolicy``);
+    it is raised when retries run out or ``retry_on_429`` is off.
     """
 
     def __init__(
@@ -98,11 +109,14 @@ class ServerRefusedError(AgentSpecClientError):
         *,
         backend: str,
         body: Any = None,
+        retry_after_s: float | None = None,
     ) -> None:
         self.status_code = status_code
         self.message = message
         self.backend = backend
         self.body = body
+        self.retry_after_s = retry_after_s
+        """The server's ``Retry-After`` in seconds (429 and 503 may send one), else None."""
         super().__init__(f"{backend} refused the request ({status_code}): {message}")
 
 
@@ -114,7 +128,9 @@ class SessionNotFoundError(ServerRefusedError):
 
 
 class StreamInterruptedError(AgentSpecClientError):
-    """A streamed response broke after part of it had reached the caller.
+    """A streamed response broke after part of it had reached the caller, and could not be
+    resumed (tools, structured output, several choices, log-probabilities: see
+    docs/client.md, "Resumed streams"; or its resumptions ran out of attempts).
 
     The client cannot retry transparently (the caller has already consumed output), so it
     says exactly what was received; the backend has been marked down and the session's next

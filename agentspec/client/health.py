@@ -1,27 +1,29 @@
-"""Backend health: who is up, and the probes that decide it.
+"""Backend health probes: the I/O that decides who is up.
 
 A backend is marked down by a failed call (connection error, timeout, 5xx) or by a failed
-``GET /health``; only a successful probe marks it up again. Probes run in the background
-(a daemon thread for the sync client, a task for the async one) every
-``health_check_interval_s``, and inline when a call finds no healthy backend at all.
+``GET /health``; for the client only a successful probe marks it up again. Probes run in
+the background (a daemon thread for the sync client, a task for the async one) every
+``health_check_interval_s``, and inline when a call finds no healthy backend at all. The
+record itself is the router's (:class:`~agentspec.client.router.BackendRouter`); marking a
+backend down there cancels the requests in flight to it, retried (or resumed) elsewhere.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
-import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 import httpx
 
+from .attempts import describe
+from .router import BackendRouter, BackendState
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "BackendState",
-    "HealthBook",
     "HealthThread",
     "aprobe",
     "aprobe_all",
@@ -29,73 +31,6 @@ __all__ = [
     "probe_all",
     "run_health_loop",
 ]
-
-
-@dataclasses.dataclass(frozen=True)
-class BackendState:
-    """A snapshot of one backend's health."""
-
-    url: str
-    up: bool
-    since: float
-    """``time.monotonic()`` of the last change of ``up``."""
-    consecutive_failures: int
-    last_error: str | None
-
-
-class HealthBook:
-    """Thread-safe up/down record of the configured backends (all start up)."""
-
-    def __init__(self, backends: Sequence[str]) -> None:
-        now = time.monotonic()
-        self._order = tuple(backends)
-        self._states = {b: BackendState(b, True, now, 0, None) for b in self._order}
-        self._lock = threading.Lock()
-
-    @property
-    def backends(self) -> tuple[str, ...]:
-        return self._order
-
-    def healthy(self) -> list[str]:
-        """Backends currently up, in configuration order."""
-        with self._lock:
-            return [b for b in self._order if self._states[b].up]
-
-    def down(self) -> list[str]:
-        with self._lock:
-            return [b for b in self._order if not self._states[b].up]
-
-    def is_up(self, backend: str) -> bool:
-        with self._lock:
-            return self._states[backend].up
-
-    def mark_down(self, backend: str, reason: str) -> None:
-        with self._lock:
-            old = self._states[backend]
-            self._states[backend] = BackendState(
-                backend,
-                False,
-                old.since if not old.up else time.monotonic(),
-                old.consecutive_failures + 1,
-                reason,
-            )
-
-    def mark_up(self, backend: str) -> None:
-        with self._lock:
-            old = self._states[backend]
-            self._states[backend] = BackendState(
-                backend, True, old.since if old.up else time.monotonic(), 0, old.last_error
-            )
-
-    def snapshot(self) -> dict[str, BackendState]:
-        with self._lock:
-            return dict(self._states)
-
-    def record(self, backend: str, ok: bool, reason: str | None) -> None:
-        if ok:
-            self.mark_up(backend)
-        else:
-            self.mark_down(backend, reason or "health check failed")
 
 
 def _verdict(response: httpx.Response) -> tuple[bool, str | None]:
@@ -109,7 +44,7 @@ def probe(http: httpx.Client, backend: str, timeout: float) -> tuple[bool, str |
     try:
         return _verdict(http.get(f"{backend}/health", timeout=timeout))
     except httpx.HTTPError as exc:
-        return False, f"/health failed: {exc!r}"
+        return False, f"/health failed: {describe(exc)}"
 
 
 async def aprobe(http: httpx.AsyncClient, backend: str, timeout: float) -> tuple[bool, str | None]:
@@ -117,22 +52,22 @@ async def aprobe(http: httpx.AsyncClient, backend: str, timeout: float) -> tuple
     try:
         return _verdict(await http.get(f"{backend}/health", timeout=timeout))
     except httpx.HTTPError as exc:
-        return False, f"/health failed: {exc!r}"
+        return False, f"/health failed: {describe(exc)}"
 
 
-def probe_all(http: httpx.Client, book: HealthBook, backends: Sequence[str], timeout: float) -> None:
+def probe_all(http: httpx.Client, router: BackendRouter, backends: Sequence[str], timeout: float) -> None:
     """Probe ``backends`` one after another and record the verdicts."""
     for backend in backends:
-        book.record(backend, *probe(http, backend, timeout))
+        router.record(backend, *probe(http, backend, timeout))
 
 
 async def aprobe_all(
-    http: httpx.AsyncClient, book: HealthBook, backends: Sequence[str], timeout: float
+    http: httpx.AsyncClient, router: BackendRouter, backends: Sequence[str], timeout: float
 ) -> None:
     """Probe ``backends`` concurrently and record the verdicts."""
 
     async def one(backend: str) -> None:
-        book.record(backend, *(await aprobe(http, backend, timeout)))
+        router.record(backend, *(await aprobe(http, backend, timeout)))
 
     async with anyio.create_task_group() as tg:
         for backend in backends:

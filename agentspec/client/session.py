@@ -6,22 +6,23 @@ ones are coroutines, and ``stream_chat`` returns an (async) iterable stream in b
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack, aclosing
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import quote
 
-import anyio
-import httpx
+from httpx_sse import aconnect_sse
 
 from agentspec.wire import SEEDS_PATH, SESSION_STATS_PATH
 
 from . import _wire
 from ._core import SessionCore, chat_params, token_params
-from .errors import BackendUnavailableError, ServerRefusedError, StreamInterruptedError
+from ._inflight import AsyncGuard, SyncStreamPump, anext_or_none, run_guarded
+from .attempts import Attempt
 from .history import Seed
+from .retrying import AsyncAttemptIterator, AttemptIterator
 from .types import ChatResult, SeedReceipt, SessionStats, TokenCompletion, Turn
 
 if TYPE_CHECKING:
@@ -29,18 +30,35 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncChatStream", "AsyncSession", "ChatStream", "Session"]
 
-# Transport failures that say nothing about the request itself: fail over and retry.
-_TRANSIENT = (httpx.TransportError, BackendUnavailableError, json.JSONDecodeError)
+_CHAT_PATH = "/v1/chat/completions"
+_COMPLETIONS_PATH = "/v1/completions"
+# The loops below leave only by returning from the attempt's block or by the error the
+# retry machine (agentspec.client.attempts) stops the call with.
+_UNREACHABLE = "unreachable: a call's attempts end by returning or raising"
 
 
-def _stream_error(event: Mapping[str, Any], backend: str) -> Exception:
-    """An ``{"error": ...}`` event inside a stream: a refusal (4xx code) or a failure."""
-    err = event.get("error")
-    message = err.get("message") if isinstance(err, Mapping) else str(err)
-    code = err.get("code") if isinstance(err, Mapping) else None
-    if isinstance(code, int) and 400 <= code < 500:
-        return ServerRefusedError(code, str(message), backend=backend, body=dict(event))
-    return BackendUnavailableError(backend, f"error event in stream: {message}")
+def _stream_attempt(
+    core: SessionCore,
+    attempt: Attempt,
+    params: Mapping[str, Any],
+    extra_headers: Mapping[str, str] | None,
+    resumable: bool,
+    strip: bool,
+) -> tuple[_wire.StreamReader, str | None, dict[str, str], dict[str, Any], int]:
+    """One streamed attempt: its reader, URL (None when a resumed stream has nothing left to
+    generate), headers, body and pending seeds. An attempt that resumes a cut stream asks
+    for a text completion continuing from the token ids already delivered."""
+    resume = attempt.resume_from
+    if resume is None:
+        headers, body, n_pending = core.prepare(attempt.backend, params, extra_headers)
+        reader = _wire.StreamReader(attempt, resumable=resumable, strip=strip)
+        return reader, attempt.backend + _CHAT_PATH, headers, body, n_pending
+    reader = _wire.StreamReader(attempt, resumable=True, strip=strip, completion=True)
+    rest = _wire.resume_params(params, resume)
+    if rest is None:
+        return reader, None, {}, {}, 0
+    headers, body, n_pending = core.prepare(attempt.backend, rest, extra_headers)
+    return reader, attempt.backend + _COMPLETIONS_PATH, headers, body, n_pending
 
 
 class _SessionBase:
@@ -170,8 +188,10 @@ class Session(_SessionBase):
     ) -> ChatStream:
         """Streaming chat: iterate the returned :class:`ChatStream` for the chunks.
 
-        A failure before any output reached the caller is retried on a healthy backend; a
-        failure after raises :class:`StreamInterruptedError` saying what was received.
+        A failure before any output reached the caller is retried on a healthy backend; after
+        output, a plain-text stream is resumed there from the tokens delivered (the caller
+        sees one stream), any other raises :class:`StreamInterruptedError` saying what was
+        received (see docs/client.md, "Resumed streams").
         """
         self._core.check_open()
         body = chat_params(messages, model, self._client.config.model, params, stream=True)
@@ -215,106 +235,61 @@ class Session(_SessionBase):
         Raises :class:`SessionNotFoundError` when that server holds no state for it.
         """
         self._core.check_open()
-        backend = self._core.stats_backend() or self._client._backend_for(self.group_id)
-        try:
-            response = self._client._http.get(self._stats_url(backend), headers=self._headers())
-        except httpx.TransportError as exc:
-            self._client._core.mark_down(backend, repr(exc))
-            raise BackendUnavailableError(backend, repr(exc)) from exc
-        _wire.classify(response, backend, stats=True)
-        return SessionStats.model_validate({**response.json(), "backend": backend})
+        for attempt in self._attempts(stats=True):
+            with attempt:
+                get = partial(self._client._http.get, self._stats_url(attempt.backend), headers=self._headers())
+                response = run_guarded(attempt, get)
+                data = _wire.json_body(response, attempt.backend, stats=True)
+                return SessionStats.model_validate({**data, "backend": attempt.backend})
+        raise AssertionError(_UNREACHABLE)
 
-    # -- retry loop ------------------------------------------------------------------------
+    # -- the I/O of one attempt; the retry machine decides the rest -----------------------
+
+    def _attempts(self, *, stats: bool = False) -> AttemptIterator:
+        return AttemptIterator(self._core.attempts(stats=stats), probe=self._client.check_health)
 
     def _post(
         self, path: str, params: Mapping[str, Any], extra_headers: Mapping[str, str] | None
     ) -> tuple[dict[str, Any], str, int]:
-        retry = self._client.config.retry
-        last: Exception | None = None
-        for attempt in range(1, retry.max_attempts + 1):
-            if attempt > 1:
-                time.sleep(retry.delay(attempt))
-            backend = self._client._backend_for(self.group_id, last)
-            headers, body, n_pending = self._core.prepare(backend, params, extra_headers)
-            try:
-                response = self._client._http.post(backend + path, json=body, headers=headers)
-                _wire.classify(response, backend)
-                data = response.json()
-            except _wire.TooManyRequests as exc:
-                if not retry.retry_on_429:
-                    raise ServerRefusedError(429, str(exc), backend=backend) from exc
-                last = ServerRefusedError(429, str(exc), backend=backend)
-                continue
-            except _TRANSIENT as exc:
-                last = _as_unavailable(backend, exc)
-                self._client._core.mark_down(backend, str(last))
-                continue
-            self._core.delivered(backend, n_pending)
-            return data, backend, attempt
-        assert last is not None
-        raise last
+        for attempt in self._attempts():
+            with attempt:
+                headers, body, n_pending = self._core.prepare(attempt.backend, params, extra_headers)
+                post = partial(self._client._http.post, attempt.backend + path, json=body, headers=headers)
+                response = run_guarded(attempt, post)
+                data = _wire.json_body(response, attempt.backend)
+                self._core.delivered(attempt.backend, n_pending)
+                return data, attempt.backend, attempt.number
+        raise AssertionError(_UNREACHABLE)
 
     def _stream(
         self, stream: ChatStream, params: Mapping[str, Any], extra_headers: Mapping[str, str] | None
     ) -> Iterator[dict[str, Any]]:
-        retry = self._client.config.retry
-        last: Exception | None = None
-        for attempt in range(1, retry.max_attempts + 1):
-            if attempt > 1:
-                time.sleep(retry.delay(attempt))
-            self._core.check_open()
-            backend = self._client._backend_for(self.group_id, last)
-            headers, body, n_pending = self._core.prepare(backend, params, extra_headers)
-            acc = _wire.ChatAccumulator()
-            held: list[dict[str, Any]] = []
-            yielded = 0
-            finished = False
-            try:
-                with self._client._http.stream(
-                    "POST", backend + "/v1/chat/completions", json=body, headers=headers
-                ) as response:
-                    if response.status_code >= 300:
-                        response.read()
-                        _wire.classify(response, backend)
-                    self._core.delivered(backend, n_pending)
-                    for line in response.iter_lines():
-                        event = _wire.parse_sse_line(line)
-                        if event is None:
-                            continue
-                        if event is _wire.DONE:
-                            finished = True
-                            break
-                        assert isinstance(event, dict)
-                        if "error" in event:
-                            raise _stream_error(event, backend)
-                        acc.feed(event)
-                        held.append(event)
-                        if yielded == 0 and not acc.carries_output(event):
-                            continue  # a role header: hold it so a failure now stays retryable
-                        for chunk in held:
-                            yielded += 1
-                            yield chunk
-                        held.clear()
-                    if not finished and acc.finish_reason is None:
-                        raise BackendUnavailableError(backend, "stream ended without [DONE]")
-            except _wire.TooManyRequests as exc:
-                if not retry.retry_on_429:
-                    raise ServerRefusedError(429, str(exc), backend=backend) from exc
-                last = ServerRefusedError(429, str(exc), backend=backend)
-                continue
-            except _TRANSIENT as exc:
-                self._client._core.mark_down(backend, repr(exc))
-                if yielded:
-                    raise StreamInterruptedError(
-                        backend, received_text=acc.text, received_chunks=yielded, cause=exc
-                    ) from exc
-                last = _as_unavailable(backend, exc)
-                continue
-            yield from held
-            stream._result = self._core.record_stream(params["messages"], acc, backend, attempt)
-            return
-        assert last is not None
-        raise last
+        params, resumable, strip = _wire.stream_params(params, self._client.config.retry.resume_streams)
+        for attempt in self._attempts():
+            with attempt:
+                reader, url, headers, body, n_pending = _stream_attempt(
+                    self._core, attempt, params, extra_headers, resumable, strip
+                )
+                if url is None:
+                    yield from reader.feed(_wire.finish_chunk())
+                else:
+                    pump = SyncStreamPump(attempt, self._client._http, url, body, headers)
+                    try:
+                        response = pump.open()
+                        if response.status_code >= 300:
+                            _wire.classify(response, attempt.backend)
+                        self._core.delivered(attempt.backend, n_pending)
+                        for data in pump.events():
+                            yield from reader.feed(data)
+                            if reader.done:
+                                break
+                    finally:
+                        pump.close(abort=not reader.done)
+                yield from reader.finish()
+                stream._result = self._core.record_stream(
+                    params["messages"], reader.acc, attempt.backend, attempt.number
+                )
+                return
 
 
 class ChatStream:
@@ -431,42 +406,31 @@ class AsyncSession(_SessionBase):
     async def stats(self) -> SessionStats:
         """Async :meth:`Session.stats`."""
         self._core.check_open()
-        backend = self._core.stats_backend() or await self._client._backend_for(self.group_id)
-        try:
-            response = await self._client._http.get(self._stats_url(backend), headers=self._headers())
-        except httpx.TransportError as exc:
-            self._client._core.mark_down(backend, repr(exc))
-            raise BackendUnavailableError(backend, repr(exc)) from exc
-        _wire.classify(response, backend, stats=True)
-        return SessionStats.model_validate({**response.json(), "backend": backend})
+        async for attempt in self._attempts(stats=True):
+            with attempt:
+                url = self._stats_url(attempt.backend)
+                response = await AsyncGuard(attempt).run(self._client._http.get(url, headers=self._headers()))
+                data = _wire.json_body(response, attempt.backend, stats=True)
+                return SessionStats.model_validate({**data, "backend": attempt.backend})
+        raise AssertionError(_UNREACHABLE)
+
+    def _attempts(self, *, stats: bool = False) -> AsyncAttemptIterator:
+        return AsyncAttemptIterator(self._core.attempts(stats=stats), probe=self._client.check_health)
 
     async def _post(
         self, path: str, params: Mapping[str, Any], extra_headers: Mapping[str, str] | None
     ) -> tuple[dict[str, Any], str, int]:
-        retry = self._client.config.retry
-        last: Exception | None = None
-        for attempt in range(1, retry.max_attempts + 1):
-            if attempt > 1:
-                await anyio.sleep(retry.delay(attempt))
-            backend = await self._client._backend_for(self.group_id, last)
-            headers, body, n_pending = self._core.prepare(backend, params, extra_headers)
-            try:
-                response = await self._client._http.post(backend + path, json=body, headers=headers)
-                _wire.classify(response, backend)
-                data = response.json()
-            except _wire.TooManyRequests as exc:
-                if not retry.retry_on_429:
-                    raise ServerRefusedError(429, str(exc), backend=backend) from exc
-                last = ServerRefusedError(429, str(exc), backend=backend)
-                continue
-            except _TRANSIENT as exc:
-                last = _as_unavailable(backend, exc)
-                self._client._core.mark_down(backend, str(last))
-                continue
-            self._core.delivered(backend, n_pending)
-            return data, backend, attempt
-        assert last is not None
-        raise last
+        async for attempt in self._attempts():
+            with attempt:
+                headers, body, n_pending = self._core.prepare(attempt.backend, params, extra_headers)
+                guard = AsyncGuard(attempt)
+                response = await guard.run(
+                    self._client._http.post(attempt.backend + path, json=body, headers=headers)
+                )
+                data = _wire.json_body(response, attempt.backend)
+                self._core.delivered(attempt.backend, n_pending)
+                return data, attempt.backend, attempt.number
+        raise AssertionError(_UNREACHABLE)
 
     async def _stream(
         self,
@@ -474,65 +438,39 @@ class AsyncSession(_SessionBase):
         params: Mapping[str, Any],
         extra_headers: Mapping[str, str] | None,
     ) -> AsyncIterator[dict[str, Any]]:
-        retry = self._client.config.retry
-        last: Exception | None = None
-        for attempt in range(1, retry.max_attempts + 1):
-            if attempt > 1:
-                await anyio.sleep(retry.delay(attempt))
-            self._core.check_open()
-            backend = await self._client._backend_for(self.group_id, last)
-            headers, body, n_pending = self._core.prepare(backend, params, extra_headers)
-            acc = _wire.ChatAccumulator()
-            held: list[dict[str, Any]] = []
-            yielded = 0
-            finished = False
-            try:
-                async with self._client._http.stream(
-                    "POST", backend + "/v1/chat/completions", json=body, headers=headers
-                ) as response:
-                    if response.status_code >= 300:
-                        await response.aread()
-                        _wire.classify(response, backend)
-                    self._core.delivered(backend, n_pending)
-                    async for line in response.aiter_lines():
-                        event = _wire.parse_sse_line(line)
-                        if event is None:
-                            continue
-                        if event is _wire.DONE:
-                            finished = True
-                            break
-                        assert isinstance(event, dict)
-                        if "error" in event:
-                            raise _stream_error(event, backend)
-                        acc.feed(event)
-                        held.append(event)
-                        if yielded == 0 and not acc.carries_output(event):
-                            continue
-                        for chunk in held:
-                            yielded += 1
-                            yield chunk
-                        held.clear()
-                    if not finished and acc.finish_reason is None:
-                        raise BackendUnavailableError(backend, "stream ended without [DONE]")
-            except _wire.TooManyRequests as exc:
-                if not retry.retry_on_429:
-                    raise ServerRefusedError(429, str(exc), backend=backend) from exc
-                last = ServerRefusedError(429, str(exc), backend=backend)
-                continue
-            except _TRANSIENT as exc:
-                self._client._core.mark_down(backend, repr(exc))
-                if yielded:
-                    raise StreamInterruptedError(
-                        backend, received_text=acc.text, received_chunks=yielded, cause=exc
-                    ) from exc
-                last = _as_unavailable(backend, exc)
-                continue
-            for chunk in held:
-                yield chunk
-            stream._result = self._core.record_stream(params["messages"], acc, backend, attempt)
-            return
-        assert last is not None
-        raise last
+        params, resumable, strip = _wire.stream_params(params, self._client.config.retry.resume_streams)
+        async for attempt in self._attempts():
+            with attempt:
+                reader, url, headers, body, n_pending = _stream_attempt(
+                    self._core, attempt, params, extra_headers, resumable, strip
+                )
+                if url is None:
+                    for chunk in reader.feed(_wire.finish_chunk()):
+                        yield chunk
+                else:
+                    guard = AsyncGuard(attempt)
+                    async with AsyncExitStack() as stack:
+                        source = await guard.run(
+                            stack.enter_async_context(
+                                aconnect_sse(self._client._http, "POST", url, json=body, headers=headers)
+                            )
+                        )
+                        if source.response.status_code >= 300:
+                            await guard.run(source.response.aread())
+                            _wire.classify(source.response, attempt.backend)
+                        self._core.delivered(attempt.backend, n_pending)
+                        events = await stack.enter_async_context(aclosing(source.aiter_sse()))
+                        while (event := await guard.run(anext_or_none(events))) is not None:
+                            for chunk in reader.feed(event.data):
+                                yield chunk
+                            if reader.done:
+                                break
+                for chunk in reader.finish():
+                    yield chunk
+                stream._result = self._core.record_stream(
+                    params["messages"], reader.acc, attempt.backend, attempt.number
+                )
+                return
 
 
 class AsyncChatStream:
@@ -571,11 +509,3 @@ class AsyncChatStream:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-def _as_unavailable(backend: str, exc: BaseException) -> BackendUnavailableError:
-    if isinstance(exc, BackendUnavailableError):
-        return exc
-    if isinstance(exc, json.JSONDecodeError):
-        return BackendUnavailableError(backend, f"malformed JSON response: {exc}")
-    return BackendUnavailableError(backend, f"{type(exc).__name__}: {exc}")

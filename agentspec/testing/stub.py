@@ -4,10 +4,13 @@ additions) that the client uses, for fast tests and for measuring client overhea
 It is not a model: chat replies echo the last user message, token completions add one to
 each prompt id. It checks ids and seeds with the same code as a real agentspec server
 (:mod:`agentspec.wire`) and answers ``GET /agentspec/v1/sessions/{id}`` in the same shape,
-so client tests observe the wire, and it can fail on demand (5xx, a cut stream, an
-unhealthy ``/health``, a stop). Its "tokenizer" makes one token per UTF-8 byte of a text
-seed (what a byte-level tokenizer without merges would), so its seeded-token counts are an
-upper bound of a real server's.
+so client tests observe the wire, and it can fail on demand (5xx, a cut stream, a hang
+before answering or mid-stream, an unhealthy ``/health``, a stop). Chat streams carry
+token ids when asked (``return_token_ids``, as vLLM's: the prompt's on the first chunk,
+rendered by :func:`stub_render`), and a streamed token-id completion of a rendered chat
+plus the start of its reply continues that reply, so a client can resume a cut stream.
+Its "tokenizer" makes one token per UTF-8 byte of a text seed (what a byte-level tokenizer
+without merges would), so its seeded-token counts are an upper bound of a real server's.
 
 Needs ``starlette`` and ``uvicorn`` (both come with vLLM)::
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import socket
 import threading
 import time
@@ -28,7 +32,7 @@ from typing import Any, Self
 
 from agentspec import wire
 
-__all__ = ["RecordedRequest", "StubServer", "stub_tokenize"]
+__all__ = ["RecordedRequest", "StubServer", "stub_continuation", "stub_render", "stub_tokenize"]
 
 VOCAB = 4096
 
@@ -76,12 +80,17 @@ class StubServer:
         self._server: Any = None
         self.requests: list[RecordedRequest] = []
         self.sessions: dict[str, _SessionState] = {}
-        # Fault injection, read by the handlers.
+        # Fault injection, read by the handlers. ``hang``: generation requests get no
+        # answer until release(); ``hang_stream_after``: a stream stalls after that many
+        # words until release().
         self.healthy = True
         self.fail_status: int | None = None
         self.fail_remaining = 0
+        self.fail_retry_after: str | None = None
         self.cut_stream_after: int | None = None
         self.delay_s = 0.0
+        self.hang = False
+        self.hang_stream_after: int | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -144,12 +153,28 @@ class StubServer:
         self.healthy = True
         self.fail_status = None
         self.fail_remaining = 0
+        self.fail_retry_after = None
         self.cut_stream_after = None
         self.delay_s = 0.0
+        self.hang = False
+        self.hang_stream_after = None
 
-    def fail_next(self, n: int = 1, status: int = 500) -> None:
-        """Answer the next ``n`` generation requests with ``status``."""
+    def release(self) -> None:
+        """End a :attr:`hang` (and a :attr:`hang_stream_after` stall): held requests go on."""
+        self.hang = False
+        self.hang_stream_after = None
+
+    async def _hold(self, stalled: Any) -> None:
+        # A hung backend (a stopped process) answers nothing: wait until released.
+        while stalled():
+            await asyncio.sleep(0.01)
+
+    def fail_next(self, n: int = 1, status: int = 500, *, retry_after: str | float | None = None) -> None:
+        """Answer the next ``n`` generation requests with ``status``, with a ``Retry-After``
+        header when ``retry_after`` is given (seconds, or an HTTP date), as a rate-limiting
+        proxy or an overloaded server in front of vLLM would."""
         self.fail_status = status
+        self.fail_retry_after = None if retry_after is None else str(retry_after)
         self.fail_remaining = n
 
     def __enter__(self) -> Self:
@@ -219,9 +244,13 @@ class StubServer:
                 )
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
+            await self._hold(lambda: self.hang)
             if self.fail_remaining > 0 and self.fail_status is not None:
                 self.fail_remaining -= 1
-                return body, error(self.fail_status, "injected failure")
+                response = error(self.fail_status, "injected failure")
+                if self.fail_retry_after is not None:
+                    response.headers["Retry-After"] = self.fail_retry_after
+                return body, response
             return body, None
 
         async def seeds(request: Request) -> Response:
@@ -252,9 +281,8 @@ class StubServer:
             ):
                 return error(400, "the stub completes token-id prompts only")
             if body.get("stream"):
-                if not chat:
-                    return error(400, "the stub streams chat completions only")
-                return StreamingResponse(self._stream(body), media_type="text/event-stream")
+                stream = self._stream(body) if chat else self._stream_completion(body)
+                return StreamingResponse(stream, media_type="text/event-stream")
             return JSONResponse(self._chat(body) if chat else self._completion(body))
 
         return Starlette(
@@ -364,25 +392,38 @@ class StubServer:
         }
 
     async def _stream(self, body: dict[str, Any]) -> AsyncIterator[bytes]:
-        def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        def event(delta: dict[str, Any], finish: str | None = None, token_ids: list[int] | None = None) -> bytes:
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+            if token_ids is not None:
+                choice["token_ids"] = token_ids
             chunk = {
                 "id": "chatcmpl-stub",
                 "object": "chat.completion.chunk",
                 "model": body.get("model") or self.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                "choices": [choice],
             }
             return f"data: {json.dumps(chunk)}\n\n".encode()
 
+        ids = bool(body.get("return_token_ids"))
         cut = self.cut_stream_after
         self.cut_stream_after = None
-        yield event({"role": "assistant", "content": ""})
+        first = event({"role": "assistant", "content": ""})
+        if ids:  # as vLLM: the prompt's ids on the first chunk, each chunk's own ids
+            chunk = json.loads(first[len(b"data: ") :])
+            chunk.update(prompt_token_ids=stub_tokenize(stub_render(body.get("messages") or [])), prompt_text=None)
+            first = f"data: {json.dumps(chunk)}\n\n".encode()
+        yield first
         words = self._reply_text(body).split(" ")
         call = self._tool_call(body)
+        stall = self.hang_stream_after
         for i, word in enumerate(words):
+            if stall is not None and i >= stall:
+                await self._hold(lambda: self.hang_stream_after is not None)
             if cut is not None and i >= cut:
                 # Abort mid-stream: uvicorn drops the connection without the final chunk.
                 raise ConnectionAbortedError("injected stream cut")
-            yield event({"content": word if i == 0 else " " + word})
+            piece = word if i == 0 else " " + word
+            yield event({"content": piece}, token_ids=stub_tokenize(piece) if ids else None)
             await asyncio.sleep(0)
         if call:
             yield event({"tool_calls": [{"index": 0, **call}]})
@@ -392,3 +433,74 @@ class StubServer:
             usage = {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}
             yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode()
         yield b"data: [DONE]\n\n"
+
+    async def _stream_completion(self, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        """A streamed token-id completion. A prompt that renders a chat (:func:`stub_render`)
+        plus part of its reply continues that reply (how a client resumes a cut chat
+        stream); any other prompt counts up from its last id, as :meth:`_completion`."""
+        prompt = body["prompt"]
+        ids = bool(body.get("return_token_ids"))
+        pieces: list[tuple[str, list[int]]]
+        rest = stub_continuation(prompt)
+        if rest is not None:
+            pieces = [(p, stub_tokenize(p)) for p in re.findall(r"\s*\S+", rest)]
+        else:
+            n = int(body.get("max_tokens") or 16)
+            pieces = [(("" if i == 0 else " ") + str(t), [t]) for i, t in enumerate((prompt[-1] + 1 + i) % VOCAB for i in range(n))]
+        finish = "stop" if rest is not None else "length"
+        cut = self.cut_stream_after
+        self.cut_stream_after = None
+        for i, (text, token_ids) in enumerate(pieces):
+            if cut is not None and i >= cut:
+                raise ConnectionAbortedError("injected stream cut")
+            choice: dict[str, Any] = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": finish if i == len(pieces) - 1 else None,
+                "stop_reason": None,
+            }
+            if ids:
+                choice["prompt_token_ids"] = prompt if i == 0 else None
+                choice["token_ids"] = token_ids
+            chunk = {
+                "id": "cmpl-stub",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": body.get("model") or self.model,
+                "choices": [choice],
+            }
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
+            await asyncio.sleep(0)
+        if (body.get("stream_options") or {}).get("include_usage"):
+            n = sum(len(t) for _, t in pieces)
+            usage = {"prompt_tokens": len(prompt), "completion_tokens": n, "total_tokens": len(prompt) + n}
+            yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+
+
+_ASSISTANT = "<|assistant|>"
+
+
+def stub_render(messages: list[dict[str, Any]]) -> str:
+    """The stub's chat template: ``<|role|>content`` per message, then ``<|assistant|>``."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        out.append(f"<|{message.get('role')}|>{content if isinstance(content, str) else ''}")
+    return "".join(out) + _ASSISTANT
+
+
+def stub_continuation(prompt: list[int]) -> str | None:
+    """The rest of the stub's chat reply when ``prompt`` is a rendered chat plus a start
+    of its reply (token ids, one per byte), else None."""
+    if any(t > 255 for t in prompt):
+        return None
+    text = bytes(prompt).decode("utf-8", "replace")
+    at = text.rfind(_ASSISTANT)
+    if at < 0:
+        return None
+    head, delivered = text[:at], text[at + len(_ASSISTANT) :]
+    users = re.findall(r"<\|user\|>(.*?)(?=<\||$)", head, flags=re.DOTALL)
+    reply = f"echo: {users[-1] if users else ''}"
+    return reply[len(delivered) :] if reply.startswith(delivered) else None

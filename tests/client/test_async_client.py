@@ -86,6 +86,8 @@ async def test_async_stream_and_tokens(config) -> None:
 
 
 async def test_async_failover_and_stream_cut(config, stubs, stub_at) -> None:
+    # Resuming turned off: a stream cut after output is lost, and says what was received.
+    config = config.model_copy(update={"retry": config.retry.model_copy(update={"resume_streams": False})})
     async with AsyncAgentSpecClient(config) as client, client.session(group_id="ag") as s:
         await s.chat([{"role": "user", "content": "first"}])
         home = stub_at(s.backend)
@@ -102,6 +104,17 @@ async def test_async_failover_and_stream_cut(config, stubs, stub_at) -> None:
         stats = await s.stats()
         assert stats.backend == other.url and stats.seeded_tokens == len(stub_tokenize("first\necho: first"))
         assert len(s.turns) == 2
+
+
+async def test_async_retry_after_is_capped(config, stub_at) -> None:
+    policy = config.retry.model_copy(update={"retry_after_max_s": 0.05})
+    async with AsyncAgentSpecClient(config.model_copy(update={"retry": policy})) as client, client.session() as s:
+        await s.chat(USER)
+        home = stub_at(s.backend)
+        home.fail_next(1, status=429, retry_after=3600)
+        with anyio.fail_after(5):
+            r = await s.chat(USER)
+        assert r.backend == home.url and r.turn.attempts == 2
 
 
 async def test_async_closed_session(config) -> None:

@@ -7,6 +7,8 @@ test that kills a backend runs last in the module and kills only the second serv
 from __future__ import annotations
 
 import os
+import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -138,6 +140,83 @@ def test_server_refusals_and_closed_session(real_config) -> None:
         s.close()
         with pytest.raises(SessionClosedError):
             s.chat([{"role": "user", "content": "hi"}], **GEN)
+
+
+class CuttingProxy:
+    """A TCP proxy in front of a real server that cuts every streamed response right after
+    its ``cut_after``-th server-sent event: a backend dying mid-stream, deterministically."""
+
+    def __init__(self, upstream_port: int, cut_after: int) -> None:
+        self.cut_after = cut_after
+        self.cuts = 0
+        self._upstream = ("127.0.0.1", upstream_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self._upstream)
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, cutting: bool) -> None:
+        seen = b""
+        try:
+            while data := src.recv(65536):
+                if cutting:
+                    seen += data
+                    events = seen.count(b"data: ")
+                    if events >= self.cut_after:
+                        # Forward up to the end of the cut_after-th event, then drop both ends.
+                        end = 0
+                        for _ in range(self.cut_after):
+                            end = seen.index(b"\n\n", seen.index(b"data: ", end)) + 2
+                        keep = len(data) - (len(seen) - end)
+                        dst.sendall(data[:keep])
+                        self.cuts += 1
+                        break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def test_greedy_stream_cut_midway_resumes_on_another_backend_exactly(servers, real_config) -> None:
+    shared, own = servers
+    proxy = CuttingProxy(own.port, cut_after=2)  # the role chunk, then the first output
+    try:
+        backends = [proxy.url, shared.url]
+        group = next(f"real-resume-{i}" for i in range(1000) if rendezvous_order(f"real-resume-{i}", backends)[0] == proxy.url)
+        config = real_config.model_copy(update={"backends": tuple(backends)})
+        ask = [{"role": "user", "content": "def fibonacci(n):"}]
+        params: dict[str, Any] = {"max_tokens": 48, "temperature": 0.0, "extra_body": {"ignore_eos": True}}
+        reference = real_config.model_copy(update={"backends": (shared.url,)})
+        with AgentSpecClient(reference) as plain, plain.session() as ref:
+            uncut = ref.stream_chat(ask, **params).until_done()
+        with AgentSpecClient(config) as client, client.session(group_id=group) as s:
+            stream = s.stream_chat(ask, **params)
+            chunks = list(stream)
+            result = stream.result
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+        assert result is not None
+        assert (proxy.cuts, result.backend, result.turn.attempts) == (1, shared.url, 2)
+        assert text == result.content == uncut.content
+        assert result.finish_reason == uncut.finish_reason == "length"
+    finally:
+        proxy.close()
 
 
 def test_zz_kill_a_backend_mid_session(servers, real_config) -> None:

@@ -7,6 +7,7 @@ take the contract from :mod:`agentspec.wire`. Slow (needs the shared real server
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -42,9 +43,10 @@ def _stats(url: str, session_id: str, *, wait_s: float = 0.0) -> httpx.Response:
 
 
 def _shape(value: Any) -> Any:
-    """Keys and value types, recursively; the values themselves may differ."""
+    """Keys and value types, recursively; the values themselves may differ. A mapping
+    whose keys are data (levels that drafted) counts by its type alone."""
     if isinstance(value, dict):
-        return {k: _shape(v) for k, v in value.items()}
+        return {k: "dict" if k == "accepted_tokens_by_level" else _shape(v) for k, v in value.items()}
     return type(value).__name__
 
 
@@ -130,3 +132,39 @@ def test_seed_only_request_seeds_without_a_call(agentspec_server, stub) -> None:
     # The seeds reached the session's index; the one-token carrier was neither a call nor indexed.
     assert stats.json()["seeded_tokens"] == 4
     assert stats.json()["calls"] == 0 and stats.json()["indexed_tokens"] == 0
+
+
+def _events(url: str, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    with httpx.stream("POST", url + path, json=body, timeout=60) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                out.append(json.loads(line[len("data: ") :]))
+    return out
+
+
+def _token_id_fields(chunks: list[dict[str, Any]], *, chat: bool) -> list[tuple[str, str]]:
+    """Where a stream with ``return_token_ids`` carries ids, and their types."""
+    first = chunks[0] if chat else chunks[0]["choices"][0]
+    fields = [("prompt_token_ids", type(first.get("prompt_token_ids")).__name__)]
+    with_output = [c for c in chunks if c.get("choices") and c["choices"][0].get("token_ids")]
+    fields.append(("token_ids", type(with_output[0]["choices"][0]["token_ids"]).__name__))
+    return fields
+
+
+def test_streams_carry_token_ids_alike(agentspec_server, stub) -> None:
+    # What a client resuming a cut stream reads: the prompt's ids and each chunk's ids.
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}
+    chat["return_token_ids"] = True
+    real = _events(agentspec_server.url, "/v1/chat/completions", chat)
+    ours = _events(stub.url, "/v1/chat/completions", chat)
+    expected = [("prompt_token_ids", "list"), ("token_ids", "list")]
+    assert _token_id_fields(real, chat=True) == _token_id_fields(ours, chat=True) == expected
+    assert all(isinstance(t, int) for t in real[0]["prompt_token_ids"] + ours[0]["prompt_token_ids"])
+    completion = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 4, "stream": True, "return_token_ids": True}
+    real = _events(agentspec_server.url, "/v1/completions", completion)
+    ours = _events(stub.url, "/v1/completions", completion)
+    assert _token_id_fields(real, chat=False) == _token_id_fields(ours, chat=False)
+    assert real[0]["object"] == ours[0]["object"] == "text_completion"
+    assert set(real[0]["choices"][0]) >= set(ours[0]["choices"][0])

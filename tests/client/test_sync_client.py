@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from agentspec.client import (
@@ -299,11 +301,13 @@ def test_stream_failure_before_output_is_retried(config, stubs, stub_at) -> None
 
 
 def test_stream_cut_midway_says_what_was_received(config, stub_at) -> None:
+    # A stream that cannot be resumed (tools: the chat endpoint parses its output).
+    tools = [{"type": "function", "function": {"name": "run", "parameters": {"type": "object"}}}]
     with AgentSpecClient(config) as client, client.session() as s:
         s.chat(USER)
         first = stub_at(s.backend)
         first.cut_stream_after = 2
-        stream = s.stream_chat([{"role": "user", "content": "one two three four"}])
+        stream = s.stream_chat([{"role": "user", "content": "one two three four"}], tools=tools, tool_choice="auto")
         with pytest.raises(StreamInterruptedError) as info:
             for _chunk in stream:
                 pass
@@ -326,6 +330,24 @@ def test_429_is_retried_on_the_same_backend(config, stub_at) -> None:
         assert client.healthy_backends() == list(client.backends)
 
 
+def test_429_waits_for_retry_after(config, stub_at) -> None:
+    with AgentSpecClient(config) as client, client.session() as s:
+        s.chat(USER)
+        home = stub_at(s.backend)
+        home.fail_next(1, status=429, retry_after=1)
+        start = time.monotonic()
+        r = s.chat(USER)
+        waited = time.monotonic() - start
+        assert r.backend == home.url and r.turn.attempts == 2
+        assert 1.0 <= waited < 5.0  # the server's word, although the test policy has no backoff
+        assert client.healthy_backends() == list(client.backends)
+        # Retries ran out: the 429 itself, with the server's Retry-After.
+        home.fail_next(3, status=429, retry_after=0)
+        with pytest.raises(ServerRefusedError) as info:
+            s.chat(USER)
+        assert info.value.status_code == 429 and info.value.retry_after_s == 0.0
+
+
 def test_config_validation() -> None:
     with pytest.raises(ValueError):
         ClientConfig(backends=[])
@@ -341,8 +363,6 @@ def test_background_health_thread(stubs) -> None:
     with AgentSpecClient(backends=[s.url for s in stubs], health_check_interval_s=0.05) as client:
         client.session()
         stubs[0].healthy = False
-        import time
-
         deadline = time.monotonic() + 5
         while client.backend_states()[stubs[0].url].up and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -21,13 +21,17 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Self, TypeVar
+from types import TracebackType
+from typing import Any, Final, Self
 from urllib.parse import quote
 
 import httpx
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    CallbackManagerForLLMRun,
+)
 from langchain_core.language_models import LanguageModelInput
 from langchain_core.language_models.chat_models import LangSmithParams
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
@@ -36,10 +40,25 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_openai import ChatOpenAI
 from pydantic import Field, PrivateAttr, SecretStr, model_validator
 
-from agentspec.client import Seed, ServerRefusedError, SessionNotFoundError, SessionStats
-from agentspec.wire import GROUP_HEADER, SEEDS_FIELD, SESSION_HEADER, SESSION_STATS_PATH, SeedKind, SeedScope
+from agentspec.client import (
+    Attempt,
+    BackendRouter,
+    RetryPolicy,
+    Seed,
+    ServerRefusedError,
+    SessionNotFoundError,
+    SessionStats,
+)
+from agentspec.wire import (
+    GROUP_HEADER,
+    SEEDS_FIELD,
+    SESSION_HEADER,
+    SESSION_STATS_PATH,
+    SeedKind,
+    SeedScope,
+)
 
-from ._backends import BackendPool, is_backend_failure, normalise_backend
+from ._backends import classify_failure, make_router, normalise_backend, retry_policy
 from ._ids import CallIds, check_id, resolve_ids, run_metadata, with_session_metadata
 from ._seeds import SeedBook
 
@@ -53,8 +72,10 @@ API_KEY_ENV: Final = "AGENTSPEC_API_KEY"
 _NO_KEY: Final = "EMPTY"
 # How many sessions' last backend is remembered for get_session_stats().
 _MAX_REMEMBERED_SESSIONS: Final = 10_000
-
-_T = TypeVar("_T")
+_UNREACHABLE: Final = "unreachable: a call's attempts end by returning or raising"
+# agentspec's retry machine, told what openai's errors mean; a call that stops raises the
+# original error (langchain-openai's own types), not agentspec's.
+_RETRY_OPTIONS: Final[dict[str, Any]] = {"classify": classify_failure, "reraise": True}
 
 
 def merge_extra_body(
@@ -86,7 +107,45 @@ class _Call:
     ids: CallIds
     kwargs: dict[str, Any]
     seeds: list[Seed] = field(default_factory=list)
-    tried: list[str] = field(default_factory=list)
+
+
+class _CallAttempt:
+    """One attempt of a call: the model bound to its backend, around agentspec's attempt.
+
+    ``with`` it around the call: leaving the block reports to agentspec's retry machine
+    (which marks a failed backend down and says whether another one takes the call), and
+    does this model's bookkeeping: where the session went, or its unsent seeds given back.
+    """
+
+    def __init__(self, owner: ChatAgentSpec, call: _Call, attempt: Attempt | None) -> None:
+        self.owner = owner
+        self.call = call
+        self.attempt = attempt
+        self.model = owner if attempt is None else owner._bound_to(attempt.backend)
+        self.started = False
+
+    def output(self) -> None:
+        """A chunk reached the caller: the call can no longer move."""
+        self.started = True
+        if self.attempt is not None:
+            self.attempt.output()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        # reraise=True: the machine never swaps the error, it only says whether to retry.
+        retry = self.attempt is not None and self.attempt.__exit__(exc_type, exc, tb)
+        if exc is None:
+            self.owner._succeeded(self.call, self.attempt.backend if self.attempt else None)
+        elif not retry and isinstance(exc, Exception) and not self.started:
+            self.owner._failed(self.call)
+        return retry
 
 
 class ChatAgentSpec(ChatOpenAI):
@@ -172,7 +231,8 @@ class ChatAgentSpec(ChatOpenAI):
     # With a custom base URL ChatOpenAI leaves streamed usage off; vLLM supports it.
     stream_usage: bool | None = True
 
-    _pool: BackendPool | None = PrivateAttr(default=None)
+    _pool: BackendRouter | None = PrivateAttr(default=None)
+    _policy: RetryPolicy = PrivateAttr(default_factory=RetryPolicy)
     _seed_book: SeedBook = PrivateAttr(default_factory=SeedBook)
     _backend_clients: dict[str, tuple[Any, Any]] = PrivateAttr(default_factory=dict)
     _session_backend: OrderedDict[str, str] = PrivateAttr(default_factory=OrderedDict)
@@ -223,9 +283,10 @@ class ChatAgentSpec(ChatOpenAI):
             raise ValueError(msg)
         self._seed_book = SeedBook(max_per_session=self.max_seeds_per_request)
         if self.backends:
-            self._pool = BackendPool(
+            self._pool = make_router(
                 self.backends, load_factor=self.load_factor, cooldown_s=self.backend_cooldown_s
             )
+            self._policy = retry_policy(len(self._pool.backends))
         return self
 
     # -- LangChain identity ---------------------------------------------------------------
@@ -389,12 +450,19 @@ class ChatAgentSpec(ChatOpenAI):
         if self._pool is None:
             return normalise_backend(str(self.openai_api_base))
         if group_id is not None:
-            return self._pool.pick(check_id("group_id", group_id))
+            return self._pick(check_id("group_id", group_id))
         sid = self._helper_session(session_id)
         with self._state_lock:
             known = self._session_backend.get(sid)
         # Where the session's calls went (its group may have come from run metadata).
-        return known or self._pool.pick(self.group_id or sid)
+        return known or self._pick(self.group_id or sid)
+
+    def _pick(self, key: str) -> str:
+        assert self._pool is not None
+        backend = self._pool.resolve(key)
+        # With a cool-down the router always has a candidate: every backend, at worst.
+        assert backend is not None
+        return backend
 
     def get_session_stats(self, session_id: str | None = None) -> SessionStats:
         """The server's statistics of a session (``GET /agentspec/v1/sessions/{id}``).
@@ -487,13 +555,6 @@ class ChatAgentSpec(ChatOpenAI):
 
     # -- routing --------------------------------------------------------------------------
 
-    def _route(self, call: _Call) -> tuple[str | None, ChatAgentSpec]:
-        """The backend of the call's next attempt and a model whose clients point there."""
-        if self._pool is None:
-            return None, self
-        backend = self._pool.pick(call.ids.pin_key, exclude=call.tried)
-        return backend, self._bound_to(backend)
-
     def _bound_to(self, backend: str) -> ChatAgentSpec:
         """A shallow copy of this model talking to ``backend``.
 
@@ -525,19 +586,9 @@ class ChatAgentSpec(ChatOpenAI):
             }
         )
 
-    def _retry_elsewhere(self, call: _Call, backend: str | None, exc: BaseException) -> bool:
-        """Record a failed attempt; whether another backend should take the call."""
-        if backend is None or self._pool is None or not is_backend_failure(exc):
-            return False
-        logger.warning("agentspec: backend %s failed (%s); marking it down", backend, exc)
-        self._pool.mark_failed(backend, repr(exc))
-        call.tried.append(backend)
-        return len(call.tried) < len(self._pool.backends)
-
     def _succeeded(self, call: _Call, backend: str | None) -> None:
-        if backend is None or self._pool is None:
+        if backend is None:
             return
-        self._pool.mark_ok(backend)
         if call.ids.session_id is not None:
             with self._state_lock:
                 self._session_backend[call.ids.session_id] = backend
@@ -550,18 +601,22 @@ class ChatAgentSpec(ChatOpenAI):
         if call.ids.session_id is not None:
             self._seed_book.restore(call.ids.session_id, call.seeds)
 
-    def _attempt(self, call: _Call, fn: Callable[[ChatAgentSpec], _T]) -> _T:
-        while True:
-            backend, model = self._route(call)
-            try:
-                result = fn(model)
-            except Exception as exc:
-                if self._retry_elsewhere(call, backend, exc):
-                    continue
-                self._failed(call)
-                raise
-            self._succeeded(call, backend)
-            return result
+    def _attempts(self, call: _Call) -> Iterator[_CallAttempt]:
+        """The attempts of a call (sync paths): one, or with several backends as many as
+        agentspec's retry machine allows, each on a backend the call has not failed on."""
+        if self._pool is None:
+            yield _CallAttempt(self, call, None)
+            return
+        for attempt in self._pool.retry(call.ids.pin_key, self._policy, **_RETRY_OPTIONS):
+            yield _CallAttempt(self, call, attempt)
+
+    async def _aattempts(self, call: _Call) -> AsyncIterator[_CallAttempt]:
+        """Async :meth:`_attempts`."""
+        if self._pool is None:
+            yield _CallAttempt(self, call, None)
+            return
+        async for attempt in self._pool.aretry(call.ids.pin_key, self._policy, **_RETRY_OPTIONS):
+            yield _CallAttempt(self, call, attempt)
 
     # -- the four entry points ------------------------------------------------------------
 
@@ -573,12 +628,12 @@ class ChatAgentSpec(ChatOpenAI):
         **kwargs: Any,
     ) -> ChatResult:
         call = self._prepare(run_manager, kwargs)
-        return self._attempt(
-            call,
-            lambda model: super()._generate(
-                messages, stop=stop, run_manager=run_manager, **call.kwargs
-            ),
-        )
+        for attempt in self._attempts(call):
+            with attempt:
+                return super(ChatAgentSpec, attempt.model)._generate(
+                    messages, stop=stop, run_manager=run_manager, **call.kwargs
+                )
+        raise AssertionError(_UNREACHABLE)
 
     async def _agenerate(
         self,
@@ -588,19 +643,12 @@ class ChatAgentSpec(ChatOpenAI):
         **kwargs: Any,
     ) -> ChatResult:
         call = self._prepare(run_manager, kwargs)
-        while True:
-            backend, model = self._route(call)
-            try:
-                result = await super(ChatAgentSpec, model)._agenerate(
+        async for attempt in self._aattempts(call):
+            with attempt:
+                return await super(ChatAgentSpec, attempt.model)._agenerate(
                     messages, stop=stop, run_manager=run_manager, **call.kwargs
                 )
-            except Exception as exc:
-                if self._retry_elsewhere(call, backend, exc):
-                    continue
-                self._failed(call)
-                raise
-            self._succeeded(call, backend)
-            return result
+        raise AssertionError(_UNREACHABLE)
 
     def _stream(
         self,
@@ -610,26 +658,15 @@ class ChatAgentSpec(ChatOpenAI):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         call = self._prepare(run_manager, kwargs)
-        while True:
-            backend, model = self._route(call)
-            started = False
-            try:
-                for chunk in super(ChatAgentSpec, model)._stream(
+        for attempt in self._attempts(call):
+            with attempt:
+                # Once output reached the caller a retry would repeat it: the machine stops.
+                for chunk in super(ChatAgentSpec, attempt.model)._stream(
                     messages, stop=stop, run_manager=run_manager, **call.kwargs
                 ):
-                    started = True
+                    attempt.output()
                     yield chunk
-            except Exception as exc:
-                # Once output reached the caller a retry would repeat it: fail instead.
-                if not started and self._retry_elsewhere(call, backend, exc):
-                    continue
-                if not started:
-                    self._failed(call)
-                elif backend is not None and self._pool is not None and is_backend_failure(exc):
-                    self._pool.mark_failed(backend, repr(exc))
-                raise
-            self._succeeded(call, backend)
-            return
+                return
 
     async def _astream(
         self,
@@ -639,25 +676,14 @@ class ChatAgentSpec(ChatOpenAI):
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         call = self._prepare(run_manager, kwargs)
-        while True:
-            backend, model = self._route(call)
-            started = False
-            try:
-                async for chunk in super(ChatAgentSpec, model)._astream(
+        async for attempt in self._aattempts(call):
+            with attempt:
+                async for chunk in super(ChatAgentSpec, attempt.model)._astream(
                     messages, stop=stop, run_manager=run_manager, **call.kwargs
                 ):
-                    started = True
+                    attempt.output()
                     yield chunk
-            except Exception as exc:
-                if not started and self._retry_elsewhere(call, backend, exc):
-                    continue
-                if not started:
-                    self._failed(call)
-                elif backend is not None and self._pool is not None and is_backend_failure(exc):
-                    self._pool.mark_failed(backend, repr(exc))
-                raise
-            self._succeeded(call, backend)
-            return
+                return
 
 
 class AgentSpecSession:
