@@ -191,6 +191,9 @@ def truncate(text: str, limit: int) -> str:
 
 
 SANDBOX_REPO = "/repo"
+#: Inside the sandbox (bwrap): its private in-memory temporary folder, and HOME within it.
+SANDBOX_TMP = "/tmp"  # a tmpfs mount inside the sandbox, not a folder of the host
+SANDBOX_HOME = f"{SANDBOX_TMP}/home"
 """Where the working copy is mounted inside bubblewrap."""
 _SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -263,7 +266,7 @@ def bwrap_argv(bwrap: str, workdir: Path, env: Mapping[str, str]) -> list[str]:
             argv += ["--ro-bind", name, name]
     for name in _ETC_FILES:
         argv += ["--ro-bind-try", name, name]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", SANDBOX_TMP, "--dir", SANDBOX_HOME]
     for name in _interpreter_dirs():
         argv += ["--ro-bind", name, name]
     argv += ["--bind", str(workdir), SANDBOX_REPO, "--chdir", SANDBOX_REPO]
@@ -281,7 +284,7 @@ def bwrap_problem() -> str | None:
     if bwrap is None:
         return "bwrap (bubblewrap) is not on PATH"
     with tempfile.TemporaryDirectory(prefix="swe-probe-") as tmp:
-        argv = bwrap_argv(bwrap, Path(tmp), command_env("/tmp/home", "/tmp"))
+        argv = bwrap_argv(bwrap, Path(tmp), command_env(SANDBOX_HOME, SANDBOX_TMP))
         try:
             probe = subprocess.run(
                 [*argv, sys.executable, "-c", "pass"],
@@ -474,7 +477,7 @@ def run_command(
             bwrap = shutil.which("bwrap")
             if bwrap is None:
                 raise IsolationError("bwrap (bubblewrap) is not on PATH")
-            argv = bwrap_argv(bwrap, cwd, command_env("/tmp/home", "/tmp")) + [shell, "-c", command]
+            argv = bwrap_argv(bwrap, cwd, command_env(SANDBOX_HOME, SANDBOX_TMP)) + [shell, "-c", command]
             env, run_cwd = {"PATH": _SYSTEM_PATH}, scratch
         else:
             home, tmp = Path(scratch, "home"), Path(scratch, "tmp")

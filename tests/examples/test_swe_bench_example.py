@@ -128,7 +128,7 @@ def test_home_and_tmpdir_are_throwaway(isolation: str, tmp_path: Path) -> None:
     home, tmpdir, python_tmp = result.output.splitlines()
     assert home != os.environ.get("HOME") and tmpdir == python_tmp
     if isolation == "bwrap":
-        assert (home, tmpdir) == ("/tmp/home", "/tmp")  # the sandbox's private /tmp
+        assert (home, tmpdir) == (harness.SANDBOX_HOME, harness.SANDBOX_TMP)  # the sandbox's private tmp
     else:  # a scratch folder of this command, deleted afterwards
         assert Path(home).parent == Path(tmpdir).parent and Path(home).parent.name.startswith("swe-cmd-")
         assert not Path(home).parent.exists()
