@@ -10,7 +10,7 @@ server returns are defined here and nowhere else.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
@@ -48,6 +48,7 @@ __all__ = [
     "WireError",
     "bad_id",
     "check_seeds_request",
+    "check_vocabulary",
     "error_body",
     "is_valid_id",
     "parse_seeds",
@@ -289,6 +290,14 @@ def parse_seeds(
                 raise seed_tokens_over_limit(max_tokens, where)
             out.append(SeedSpec(scope, kind, token_ids=tuple(ids), where=where))
     return out
+
+
+def check_vocabulary(spec: SeedSpec, token_ids: Sequence[int], vocab_size: int) -> None:
+    """Refuse a token-id seed holding ids the model's vocabulary lacks."""
+    if spec.token_ids is not None and any(t >= vocab_size for t in token_ids):
+        raise WireError(
+            f"{spec.where}.token_ids must be a list of integers in [0, {vocab_size})", f"{spec.where}.token_ids"
+        )
 
 
 def seed_tokens_over_limit(limit: int, where: str) -> WireError:

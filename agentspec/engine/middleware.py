@@ -270,11 +270,7 @@ class SessionIdMiddleware:
                 token_ids = await self._tokenize(state, spec.text, limit_tokens - total)
             else:
                 token_ids = list(spec.token_ids or ())
-                vocab = _vocab_size(state)
-                if any(t >= vocab for t in token_ids):
-                    raise WireError(
-                        f"{spec.where}.token_ids must be a list of integers in [0, {vocab})", f"{spec.where}.token_ids"
-                    )
+                wire.check_vocabulary(spec, token_ids, _vocab_size(state))
             total += len(token_ids)
             if total > limit_tokens:
                 raise wire.seed_tokens_over_limit(limit_tokens, spec.where)

@@ -306,10 +306,7 @@ class StubServer:
         total = 0
         for spec in specs:
             ids = stub_tokenize(spec.text) if spec.text is not None else list(spec.token_ids or ())
-            if any(t >= VOCAB for t in ids):
-                raise wire.WireError(
-                    f"{spec.where}.token_ids must be a list of integers in [0, {VOCAB})", f"{spec.where}.token_ids"
-                )
+            wire.check_vocabulary(spec, ids, VOCAB)
             total += len(ids)
             if total > wire.MAX_SEED_TOKENS_PER_REQUEST:
                 raise wire.seed_tokens_over_limit(wire.MAX_SEED_TOKENS_PER_REQUEST, spec.where)
