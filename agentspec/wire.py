@@ -161,9 +161,12 @@ def resolve_ids(
     session_forms: list[tuple[str, Any]] = [
         (f"{XARGS_FIELD}.{XARG_SESSION}", xargs.get(XARG_SESSION)),
         (BODY_SESSION_FIELD, body.get(BODY_SESSION_FIELD)),
-        (f"header {SESSION_HEADER}", header(SESSION_HEADER)),
         ("URL /sessions/<id>/", path_session),
         (f"header {LITELLM_SESSION_HEADER}", header(LITELLM_SESSION_HEADER)),
+        # X-Session-Id is also the routing key that vllm-router hashes; a deployment may set
+        # it to a group to keep a task's sessions on one server. It names the session only
+        # where no finer form does, so routing by group never renames a session.
+        (f"header {SESSION_HEADER}", header(SESSION_HEADER)),
         (PROMPT_CACHE_KEY_FIELD, body.get(PROMPT_CACHE_KEY_FIELD)),
         (f"header {SMG_ROUTING_HEADER}", header(SMG_ROUTING_HEADER)),
     ]
@@ -348,6 +351,7 @@ SESSION_STATS_FIELDS: Final = (
     "last_index_new_tokens",
     "held_tokens",
     "accepted_tokens_by_level",
+    "seeded_tokens_by_kind",
 )
 
 
@@ -364,6 +368,7 @@ def session_stats_body(
     last_index_new_tokens: int = 0,
     held_tokens: int = 0,
     accepted_tokens_by_level: Mapping[str, int] | None = None,
+    seeded_tokens_by_kind: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The body of ``GET /agentspec/v1/sessions/{id}`` (fields :data:`SESSION_STATS_FIELDS`)."""
     return {
@@ -380,4 +385,6 @@ def session_stats_body(
         "held_tokens": int(held_tokens),
         # Which level drafted what the target accepted: call, session, group, global.
         "accepted_tokens_by_level": dict(accepted_tokens_by_level or {}),
+        # Seeded tokens by seed kind: prior_turn, repair_attempt, sibling_output, document.
+        "seeded_tokens_by_kind": dict(seeded_tokens_by_kind or {}),
     }

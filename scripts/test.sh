@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up the environment (first run: several minutes) and run the whole test suite, then
-# the base install's check in its own light environment (scripts/test_light.sh).
+# the base install's check in its own light environment (scripts/test_light.sh) and the
+# OpenHands package's tests in their Python 3.12 environment (scripts/test_openhands.sh).
 # Extra arguments go to pytest and run the main suite only, e.g. `scripts/test.sh tests/core -x`.
 # Exits non-zero when either run fails.
 set -euo pipefail
@@ -16,5 +17,6 @@ status=0
 .venv/bin/python -m pytest "$@" || status=$?
 if [ "$#" -eq 0 ]; then
   scripts/test_light.sh || status=$?
+  scripts/test_openhands.sh || status=$?
 fi
 exit "$status"

@@ -16,59 +16,20 @@ cd "$(dirname "$0")/.."
 VENV=.venv-light
 HEAVY="numpy arctic_inference torch vllm"
 
-find_python() {
-  local root py
-  if root="$(pyenv root 2>/dev/null)"; then
-    for py in "$root"/versions/3.12*/bin/python3.12; do
-      [ -x "$py" ] && { echo "$py"; return 0; }
-    done
-  fi
-  command -v python3.12
-}
-PY="${AGENTSPEC_LIGHT_PYTHON:-}"
-if [ -z "$PY" ] && ! PY="$(find_python)"; then
-  echo "test_light: needs Python 3.12 (pyenv's, or python3.12 on PATH) and found none;" \
-    "set AGENTSPEC_LIGHT_PYTHON to one" >&2
-  exit 1
-fi
+source scripts/lib/py312.sh
+PY="$(find_python312)"
 
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-
-echo "== light install: $VENV on $("$PY" --version 2>&1)"
-t0="$(now)"
-stamp="$VENV/.agentspec-light-stamp"
-want="$( (cat pyproject.toml integrations/langchain/pyproject.toml scripts/test_light.sh; "$PY" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)"
-check_absent() {  # check_absent "MODULES" WHAT: fail when any of MODULES is installed
-  "$VENV/bin/python" - "$1" "$2" <<'PY'
-import importlib.metadata
-import importlib.util
-import sys
-
-modules, what = sys.argv[1].split(), sys.argv[2]
-present = [m for m in modules if importlib.util.find_spec(m) is not None]
-if present:
-    sys.exit(f"test_light: {what} must not install {', '.join(present)}")
-print(f"{what}: {len(list(importlib.metadata.distributions()))} packages installed; none of {' '.join(modules)}")
-PY
-}
-pip_light() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@"; }
-
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  echo "environment up to date ($(elapsed "$t0") s)"
-else
-  rm -rf "$VENV"  # from scratch: a package an older pyproject pulled in must not linger
-  "$PY" -m venv "$VENV"
+install_light() {
   # What users install: the client (with the stub server and test tools) and the
   # LangChain package. Neither may bring numpy, the suffix tree, torch or vLLM.
-  pip_light -e ".[test]" -e integrations/langchain
-  check_absent "$HEAVY" "vllm-agentspec[test] + langchain-agentspec"
+  pip_in "$1" -e ".[test]" -e integrations/langchain
+  check_absent "$1" "$HEAVY" "vllm-agentspec[test] + langchain-agentspec"
   # LangChain's standard test suites need numpy themselves; the rest stays out.
-  pip_light -e "integrations/langchain[test]"
-  check_absent "arctic_inference torch vllm" "langchain-agentspec[test]"
-  echo "$want" > "$stamp"
-  echo "environment created ($(elapsed "$t0") s)"
-fi
+  pip_in "$1" -e "integrations/langchain[test]"
+  check_absent "$1" "arctic_inference torch vllm" "langchain-agentspec[test]"
+}
+build_env "$VENV" "$PY" install_light \
+  pyproject.toml integrations/langchain/pyproject.toml scripts/test_light.sh scripts/lib/py312.sh
 
 import_ms() {  # best of three fresh processes, import only (interpreter start-up excluded)
   local python="$1"

@@ -17,17 +17,25 @@ def _headers(**h: str):
 
 
 def test_precedence_follows_the_table() -> None:
+    # Each request carries its form and every form of lower precedence; the first one wins.
     forms = {
-        "xargs": ({"vllm_xargs": {"session_id": "a"}}, _headers(), None),
-        "body": ({"session_id": "b"}, _headers(x_session_id="c"), None),
-        "header": ({"prompt_cache_key": "f"}, _headers(x_session_id="c"), "d"),
-        "path": ({"prompt_cache_key": "f"}, _headers(x_litellm_session_id="e"), "d"),
-        "litellm": ({"prompt_cache_key": "f"}, _headers(x_litellm_session_id="e"), None),
+        "xargs": ({"vllm_xargs": {"session_id": "a"}, "session_id": "b"}, _headers(x_session_id="e"), "c"),
+        "body": ({"session_id": "b", "prompt_cache_key": "f"}, _headers(x_session_id="e"), "c"),
+        "path": ({"prompt_cache_key": "f"}, _headers(x_litellm_session_id="d", x_session_id="e"), "c"),
+        "litellm": ({"prompt_cache_key": "f"}, _headers(x_litellm_session_id="d", x_session_id="e"), None),
+        "header": ({"prompt_cache_key": "f"}, _headers(x_session_id="e", x_smg_routing_key="g"), None),
         "cache_key": ({"prompt_cache_key": "f"}, _headers(x_smg_routing_key="g"), None),
         "smg": ({}, _headers(x_smg_routing_key="g"), None),
     }
     got = {name: resolve_ids(*args)[0] for name, args in forms.items()}
-    assert got == {"xargs": "a", "body": "b", "header": "c", "path": "d", "litellm": "e", "cache_key": "f", "smg": "g"}
+    assert got == {"xargs": "a", "body": "b", "path": "c", "litellm": "d", "header": "e", "cache_key": "f", "smg": "g"}
+
+
+def test_a_routing_key_in_x_session_id_never_renames_a_litellm_session() -> None:
+    # OpenHands behind vllm-router: litellm names the conversation, the routing header the task.
+    body = {"prompt_cache_key": "conv-1"}
+    headers = _headers(x_session_id="task-7", x_group_id="task-7", x_litellm_session_id="conv-1")
+    assert resolve_ids(body, headers) == ("conv-1", "task-7")
 
 
 def test_group_forms_and_absence() -> None:

@@ -91,6 +91,8 @@ class SessionStats(BaseModel):
     held_tokens: int = 0
     accepted_tokens_by_level: dict[str, int] = {}
     """Accepted draft tokens by the level that drafted them: call, session, group, global."""
+    seeded_tokens_by_kind: dict[str, int] = {}
+    """Seeded tokens by seed kind: prior_turn, repair_attempt, sibling_output, document."""
     backend: str | None = None
     """Filled by the client: the backend that answered."""
 

@@ -67,6 +67,7 @@ def session_view(session_id: str, stats: dict[str, Any]) -> dict[str, Any]:
         last_index_new_tokens=int(stats.get("last_index_new_tokens", 0)),
         held_tokens=int(stats.get("held_tokens", 0)),
         accepted_tokens_by_level={k: int(v) for k, v in (stats.get("accepted_tokens_by_level") or {}).items()},
+        seeded_tokens_by_kind={k: int(v) for k, v in (stats.get("seeded_tokens_by_kind") or {}).items()},
     )
 
 

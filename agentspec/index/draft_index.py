@@ -271,6 +271,8 @@ class DraftIndex:
         scope = self._scopes.use(key)
         self._scopes.add_text(scope.seed_text, scope.seed_text.new_sequence(), arr)
         scope.stats.seeded_tokens += len(arr)
+        by_kind = scope.stats.seeded_tokens_by_kind
+        by_kind[kind.value] = by_kind.get(kind.value, 0) + len(arr)
         self._enforce_budgets(scope)
         return len(arr)
 
@@ -435,4 +437,5 @@ class DraftIndex:
             held_tokens=scope.tokens,
             group_id=s.group_id,
             accepted_tokens_by_level=dict(s.accepted_tokens_by_level),
+            seeded_tokens_by_kind=dict(s.seeded_tokens_by_kind),
         )

@@ -72,6 +72,8 @@ class ScopeStats:
     group_id: str | None = None
     #: Accepted draft tokens by the level that drafted them (call, session, group, global).
     accepted_tokens_by_level: dict[str, int] = field(default_factory=dict)
+    #: Seeded tokens by seed kind (prior_turn, repair_attempt, sibling_output, document).
+    seeded_tokens_by_kind: dict[str, int] = field(default_factory=dict)
 
     @property
     def acceptance_rate(self) -> float:

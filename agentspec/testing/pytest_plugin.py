@@ -22,12 +22,18 @@ Servers start only when a collected test asks for them; those named by the colle
 start concurrently. Without vLLM installed (the base install, or only the ``test`` extra),
 the tests that ask for a server or the tiny model are skipped with the reason; importing
 the plugin needs neither vLLM nor the draft index.
+
+A suite whose own environment cannot hold vLLM (the OpenHands package needs Python 3.12,
+vLLM's CPU build another) names an interpreter that has ``vllm-agentspec[cpu]`` in
+``$AGENTSPEC_SERVER_PYTHON``: that one then builds the tiny model and runs the servers,
+and the tests talk to them over HTTP as before.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,9 +59,21 @@ TEST_INDEX_CONFIG = IndexConfig(
 NO_VLLM = 'vLLM is not installed (pip install "vllm-agentspec[cpu]" or "vllm-agentspec[serve]")'
 #: What building the tiny model imports (all of them come with vLLM).
 TINY_MODEL_MODULES = ("torch", "transformers", "tokenizers")
+#: An interpreter with ``vllm-agentspec[cpu]`` that builds the tiny model and runs the
+#: servers, for suites whose own environment has no vLLM.
+ENV_SERVER_PYTHON = "AGENTSPEC_SERVER_PYTHON"
+
+
+def server_python() -> str | None:
+    """The interpreter named by ``$AGENTSPEC_SERVER_PYTHON``, or None (this one serves)."""
+    return os.environ.get(ENV_SERVER_PYTHON) or None
 
 
 def _vllm_available() -> bool:
+    python = server_python()
+    if python is not None:
+        probe = subprocess.run([python, "-c", "import vllm"], capture_output=True, check=False)
+        return probe.returncode == 0
     try:
         import vllm  # noqa: F401
     except Exception:  # noqa: BLE001 - any failure means no server tests
@@ -65,12 +83,22 @@ def _vllm_available() -> bool:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from agentspec.testing.tiny_model import ENV_DIR
+
+    cache = os.environ.get(ENV_DIR) or tmp_path_factory.mktemp("tiny-model")
+    python = server_python()
+    if python is not None:
+        built = subprocess.run(
+            [python, "-m", "agentspec.testing.tiny_model", str(cache)], capture_output=True, text=True, check=False
+        )
+        if built.returncode != 0:
+            pytest.fail(f"{ENV_SERVER_PYTHON}={python} could not build the tiny model:\n{built.stderr[-2000:]}")
+        return Path(built.stdout.strip().splitlines()[-1])
     missing = [m for m in TINY_MODEL_MODULES if importlib.util.find_spec(m) is None]
     if missing:
         pytest.skip(f"the tiny test model needs {', '.join(missing)}: {NO_VLLM}")
-    from agentspec.testing.tiny_model import ENV_DIR, build_tiny_model
+    from agentspec.testing.tiny_model import build_tiny_model
 
-    cache = os.environ.get(ENV_DIR) or tmp_path_factory.mktemp("tiny-model")
     return build_tiny_model(cache)
 
 
@@ -96,15 +124,22 @@ class _Servers:
             settings = EngineSettings(
                 index=TEST_INDEX_CONFIG, exchange_dir=str(self.exchange_dir), share_across_tenants=kind == "peer"
             )
-            server = VLLMServer.launch(self.model_dir, agentspec=True, settings=settings, log_dir=self.log_dir)
+            server = VLLMServer.launch(
+                self.model_dir, agentspec=True, settings=settings, log_dir=self.log_dir, python=server_python()
+            )
         elif kind == "secured":
             keys = ["--api-key", *SECURED_API_KEYS]  # one option, several values (a repeated option replaces)
             settings = EngineSettings(index=TEST_INDEX_CONFIG)
             server = VLLMServer.launch(
-                self.model_dir, agentspec=True, settings=settings, extra_args=keys, log_dir=self.log_dir
+                self.model_dir,
+                agentspec=True,
+                settings=settings,
+                extra_args=keys,
+                log_dir=self.log_dir,
+                python=server_python(),
             )
         else:
-            server = VLLMServer.launch(self.model_dir, agentspec=False, log_dir=self.log_dir)
+            server = VLLMServer.launch(self.model_dir, agentspec=False, log_dir=self.log_dir, python=server_python())
         self.servers[kind] = server
 
     def get(self, kind: str):  # -> VLLMServer
@@ -125,7 +160,8 @@ def _vllm_servers(
     request: pytest.FixtureRequest, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[_Servers]:
     if not _vllm_available():
-        pytest.skip(NO_VLLM)
+        python = server_python()
+        pytest.skip(f"{ENV_SERVER_PYTHON}={python} cannot import vllm" if python else NO_VLLM)
     wanted = set()
     for item in request.session.items:
         names = getattr(item, "fixturenames", ())

@@ -78,8 +78,13 @@ class VLLMServer:
         extra_args: list[str] | tuple[str, ...] = (),
         log_dir: str | os.PathLike[str] | None = None,
         kv_cache_gib: int = 1,
+        python: str | None = None,
     ) -> VLLMServer:
-        """Start the process and return at once; call :meth:`wait_ready` before use."""
+        """Start the process and return at once; call :meth:`wait_ready` before use.
+
+        ``python`` is the interpreter that runs the server (one with ``vllm-agentspec[cpu]``);
+        by default this one.
+        """
         port = free_port()
         owned: list[Path] = []
         log_root = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="agentspec-server-"))
@@ -92,10 +97,10 @@ class VLLMServer:
             state_dir = Path(tempfile.mkdtemp(prefix="agentspec-state-"))
             owned.append(state_dir)
             settings = (settings or EngineSettings()).model_copy(update={"state_dir": str(state_dir)})
-            cmd = build_command(str(model_dir), args)
+            cmd = build_command(str(model_dir), args, python=python)
             env = build_env(settings)
         else:
-            cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), *args]
+            cmd = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), *args]
             env = dict(os.environ)
             env.pop("AGENTSPEC_ENGINE_CONFIG", None)
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
@@ -131,6 +136,15 @@ class VLLMServer:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+    def kill(self) -> None:
+        """Kill vLLM at once (SIGKILL to the whole process group), as a crash would."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
 
     def stop(self, grace: float = 15.0) -> None:
         """Stop vLLM and all its processes (the whole process group)."""

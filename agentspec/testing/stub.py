@@ -61,6 +61,7 @@ class _SessionState:
     group_id: str | None = None
     calls: int = 0
     seeded_tokens: int = 0
+    seeded_tokens_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
     seeds: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
@@ -223,6 +224,7 @@ class StubServer:
                     calls=state.calls,
                     seeded_tokens=state.seeded_tokens,
                     held_tokens=state.seeded_tokens,
+                    seeded_tokens_by_kind=state.seeded_tokens_by_kind,
                 )
             )
 
@@ -304,10 +306,12 @@ class StubServer:
         sid, gid = wire.resolve_ids(body, headers.get)
         specs = wire.parse_seeds(body.get(wire.SEEDS_FIELD) or [], session_id=sid, group_id=gid)
         total = 0
+        by_kind: dict[str, int] = {}
         for spec in specs:
             ids = stub_tokenize(spec.text) if spec.text is not None else list(spec.token_ids or ())
             wire.check_vocabulary(spec, ids, VOCAB)
             total += len(ids)
+            by_kind[spec.kind.value] = by_kind.get(spec.kind.value, 0) + len(ids)
             if total > wire.MAX_SEED_TOKENS_PER_REQUEST:
                 raise wire.seed_tokens_over_limit(wire.MAX_SEED_TOKENS_PER_REQUEST, spec.where)
         if sid is None:
@@ -317,6 +321,8 @@ class StubServer:
             state.group_id = gid or sid
             state.calls += int(call)
             state.seeded_tokens += total
+            for kind, n in by_kind.items():
+                state.seeded_tokens_by_kind[kind] = state.seeded_tokens_by_kind.get(kind, 0) + n
             state.seeds.extend(body.get(wire.SEEDS_FIELD) or [])
         return sid, gid, total
 

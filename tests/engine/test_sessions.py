@@ -63,7 +63,7 @@ def test_each_transport_reaches_the_proposer(agentspec_server, transport: str) -
 
 def test_group_header_and_precedence(agentspec_server) -> None:
     base, sid, gid, other = agentspec_server.url, _sid("prec"), _sid("grp"), _sid("lower")
-    r = chat(base, MSG, max_tokens=8, headers={"X-Session-Id": sid, "X-Group-Id": gid, "x-litellm-session-id": other},
+    r = chat(base, MSG, max_tokens=8, headers={"x-litellm-session-id": sid, "X-Group-Id": gid, "X-Session-Id": other},
              prompt_cache_key=other)  # fmt: skip
     assert r.status_code == 200, r.text
     stats = wait_session(base, sid, calls=1)

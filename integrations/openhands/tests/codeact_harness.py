@@ -1,0 +1,171 @@
+"""Real OpenHands CodeAct conversations for the tests, and how to read the servers' view.
+
+The tiny test model is random, so its next token means nothing; vLLM's structured outputs
+(a regular expression in the request body) make every answer a well-formed hermes tool
+call, and temperature 0 makes the run repeatable. The agent is OpenHands' own ``Agent``
+with its terminal and file-editor tools, run by OpenHands' ``Conversation``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from openhands.sdk import Agent, Conversation, Tool
+from openhands.sdk.context.condenser.base import CondenserBase
+from openhands.sdk.event import ActionEvent, Event
+from openhands.tools.file_editor import FileEditorTool
+from openhands.tools.terminal import TerminalTool
+from openhands_agentspec import AgentspecTask, TaskAttempt
+
+from agentspec import wire
+
+#: Short, so that the tiny model's 2048-token context holds several steps.
+SYSTEM_PROMPT = "You are a coding agent. Use the terminal and the file editor."
+
+
+def tool_call_regex(command: str) -> str:
+    """A hermes terminal call whose command matches ``command`` (a regex without quotes)."""
+    return (
+        r'<tool_call>\n\{"name": "terminal", "arguments": \{"command": "'
+        + command
+        + r'"\}\}\n</tool_call>'
+    )
+
+
+#: Commands that fail (``cat`` of a file that is not there: exit code 1).
+FAILING = "cat missing-[a-z]{1,6}"
+#: Commands that succeed.
+SUCCEEDING = "echo [a-z]{1,8}"
+
+
+@dataclass
+class Run:
+    """One conversation run: its events and the calls its LLMs made."""
+
+    conversation: Any
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def actions(self) -> list[ActionEvent]:
+        return [e for e in self.events if isinstance(e, ActionEvent)]
+
+    def llm_calls(self) -> int:
+        """Calls made by every LLM of the conversation (agent and condenser)."""
+        metrics = self.conversation.state.stats.usage_to_metrics.values()
+        return sum(len(m.response_latencies) for m in metrics)
+
+
+@dataclass
+class CodeAct:
+    """Builds and runs real CodeAct conversations against one server or router."""
+
+    base_url: str
+    workspace: Path
+
+    def task(
+        self, task_id: str, command: str = SUCCEEDING, **llm_fields: Any
+    ) -> AgentspecTask:
+        fields: dict[str, Any] = {
+            "max_output_tokens": 96,
+            "num_retries": 4,
+            "retry_min_wait": 1,
+            "retry_max_wait": 2,
+        }
+        fields.update(llm_fields)
+        return AgentspecTask(
+            self.base_url,
+            "tiny",
+            task_id,
+            temperature=0,
+            extra_body={"structured_outputs": {"regex": tool_call_regex(command)}},
+            **fields,
+        )
+
+    def run(
+        self,
+        task: AgentspecTask,
+        steps: int,
+        *,
+        condenser: CondenserBase | None = None,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> tuple[TaskAttempt, Run]:
+        agent = Agent(
+            llm=task.llm(),
+            tools=[Tool(name=TerminalTool.name), Tool(name=FileEditorTool.name)],
+            system_prompt=SYSTEM_PROMPT,
+            condenser=condenser,
+        )
+        attempt = task.attempt()
+        run = Run(conversation=None)
+        callbacks = [*attempt.callbacks, run.events.append]
+        if on_event is not None:
+            callbacks.append(on_event)
+        conversation = Conversation(
+            agent=agent,
+            workspace=str(self.workspace),
+            conversation_id=attempt.conversation_id,
+            callbacks=callbacks,
+            max_iteration_per_run=steps,
+            stuck_detection=False,
+            visualizer=None,
+        )
+        run.conversation = conversation
+        conversation.send_message("The tests fail. Find out why and fix it.")
+        conversation.run()  # ends at max_iteration_per_run: the random model never finishes
+        return attempt, run
+
+
+def session_stats(
+    base_url: str, session_id: str, headers: dict[str, str] | None = None
+) -> dict[str, Any] | None:
+    r = httpx.get(
+        f"{base_url}{wire.SESSION_STATS_PATH}{quote(session_id, safe='')}",
+        headers=headers,
+        timeout=10,
+    )
+    if r.status_code == 404:
+        return None
+    r.raise_for_status()
+    return dict(r.json())
+
+
+def wait_stats(
+    base_url: str,
+    session_id: str,
+    done: Callable[[dict[str, Any]], bool],
+    timeout: float = 15.0,
+) -> dict[str, Any]:
+    """The session's stats once ``done`` holds (the engine publishes them shortly after a step)."""
+    deadline = time.monotonic() + timeout
+    stats: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        stats = session_stats(base_url, session_id)
+        if stats is not None and done(stats):
+            return stats
+        time.sleep(0.2)
+    raise AssertionError(f"session {session_id!r} on {base_url}: {json.dumps(stats)}")
+
+
+def backend_of(router_url: str, backends: list[str], routing_key: str) -> str:
+    """The backend vllm-router sends ``routing_key`` to: seed a probe session through the
+    router, then ask each backend directly which one holds it."""
+    probe = f"probe-{uuid.uuid4().hex[:12]}"
+    body = {wire.BODY_SESSION_FIELD: probe, wire.SEEDS_FIELD: [{"text": "probe"}]}
+    r = httpx.post(
+        router_url + wire.SEEDS_PATH,
+        json=body,
+        headers={wire.SESSION_HEADER: routing_key},
+        timeout=30,
+    )
+    r.raise_for_status()
+    holders = [b for b in backends if session_stats(b, probe) is not None]
+    assert len(holders) == 1, f"probe {probe} held by {holders}"
+    return holders[0]
