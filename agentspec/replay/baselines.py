@@ -14,8 +14,11 @@ The vLLM baselines reproduce what vLLM 0.32 does, call for call:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
+from agentspec.driver import TokenSeed
 from agentspec.replay.calls import CallSpec
 from agentspec.replay.ngram import ngram_drafter
 from agentspec.replay.proposer import (
@@ -29,7 +32,7 @@ from agentspec.replay.proposer import (
 class NoProposer:
     """No speculation: one token per step."""
 
-    def begin_call(self, call: CallSpec, prompt: np.ndarray) -> None:
+    def begin_call(self, call: CallSpec, prompt: np.ndarray, seeds: Sequence[TokenSeed] = ()) -> None:
         pass
 
     def observe(self, call_id: str, tokens: np.ndarray) -> None:
@@ -85,7 +88,7 @@ class VllmSuffixProposer(NoProposer):
             max_tree_depth=max_tree_depth, max_cached_requests=max_cached_requests
         )
 
-    def begin_call(self, call: CallSpec, prompt: np.ndarray) -> None:
+    def begin_call(self, call: CallSpec, prompt: np.ndarray, seeds: Sequence[TokenSeed] = ()) -> None:
         # vLLM request ids are unique per request; a reused id is reset as vLLM does.
         if call.call_id in self.cache.cached_requests:
             self.cache.evict_cached_response(call.call_id)
@@ -160,7 +163,7 @@ class TreeOracle(NoProposer):
         self._sessions: dict[str, _Stream] = {}
         self._calls: dict[str, _Stream] = {}
 
-    def begin_call(self, call: CallSpec, prompt: np.ndarray) -> None:
+    def begin_call(self, call: CallSpec, prompt: np.ndarray, seeds: Sequence[TokenSeed] = ()) -> None:
         stream = self._sessions.get(call.session_id)
         if stream is not None and stream.is_prefix_of(prompt):
             tail = prompt[stream.n :]

@@ -8,6 +8,8 @@ from typing import Protocol
 
 import numpy as np
 
+from agentspec.driver import TokenSeed
+
 
 @dataclass(frozen=True, slots=True)
 class CallSpec:
@@ -35,6 +37,10 @@ class ReplayCall(Protocol):
         """Recorded output token ids (what greedy decoding produces), 1-D int32."""
         ...
 
+    def seeds(self) -> tuple[TokenSeed, ...]:
+        """Seeds the call's request carries (condenser seeding: what its window dropped)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class StaticCall:
@@ -49,6 +55,9 @@ class StaticCall:
 
     def output(self) -> np.ndarray:
         return self.output_ids
+
+    def seeds(self) -> tuple[TokenSeed, ...]:
+        return ()
 
 
 def static_call(

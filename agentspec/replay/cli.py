@@ -61,6 +61,13 @@ def bench(
             help="Condenser emulation: keep system + task + recent messages within N tokens.", min=1
         ),
     ] = None,
+    seed_dropped: Annotated[
+        bool,
+        typer.Option(
+            "--seed-dropped",
+            help="Condenser seeding: what --window drops is seeded into the session (prior_turn).",
+        ),
+    ] = False,
     concurrency: Annotated[int, typer.Option(help="Trajectories in flight (turns interleaved).", min=1)] = 8,
     jobs: Annotated[int, typer.Option(help="Replay sources in N parallel processes.", min=1)] = 1,
     baseline: Annotated[str, typer.Option(help="Proposer the table's ratios refer to.")] = "vllm-suffix",
@@ -119,6 +126,7 @@ def bench(
             default_routing=default_routing,
             exchange=exchange,
             window=window,
+            seed_dropped=seed_dropped,
             concurrency=concurrency,
             jobs=jobs,
             cache_dir=cache_dir,

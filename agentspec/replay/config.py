@@ -56,6 +56,9 @@ class ReplayConfig(BaseModel):
     #: Condenser emulation: prompts keep system + first user + recent messages
     #: within this many tokens (None = whole prompts).
     window: int | None = Field(default=None, ge=1)
+    #: Condenser seeding (openhands-agentspec's ``SeedingCondenser``): what the window drops
+    #: from a session's prompt is sent with that call as ``prior_turn`` seeds. Needs ``window``.
+    seed_dropped: bool = False
     #: Trajectories in flight at once; their turns are interleaved round robin.
     concurrency: int = Field(default=8, ge=1)
     #: Sources replayed in parallel processes.
@@ -76,6 +79,12 @@ class ReplayConfig(BaseModel):
         if len(set(v)) != len(v):
             raise ValueError(f"proposers repeat: {v}")
         return v
+
+    @model_validator(mode="after")
+    def _seeding_needs_a_window(self) -> ReplayConfig:
+        if self.seed_dropped and self.window is None:
+            raise ValueError("seed_dropped seeds what the window drops: give a window too")
+        return self
 
     @model_validator(mode="after")
     def _routing_names(self) -> ReplayConfig:

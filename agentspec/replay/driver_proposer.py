@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from agentspec.driver import RequestDriver, RequestSpec
+from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
 from agentspec.replay.calls import CallSpec
 from agentspec.replay.proposer import EMPTY_DRAFT, Proposer, ProposerSettings, ReplayDraft
 
@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 class DriverProposer:
     """One replica's agentspec drafting, through the engine's request driver.
 
-    Replayed calls have no seeds and no stop tokens of their own (the recorded output ends
+    Replayed calls carry seeds only under condenser seeding (what the window dropped), and
+    no stop tokens of their own (the recorded output ends
     where it ended), and one call runs at a time, so the batch budget never cuts a draft.
     """
 
@@ -36,8 +37,9 @@ class DriverProposer:
     def index(self) -> DraftIndex:
         return self.driver.index
 
-    def begin_call(self, call: CallSpec, prompt: np.ndarray) -> None:
-        self.driver.admit(call.call_id, RequestSpec(session_id=call.session_id, group_id=call.group_id))
+    def begin_call(self, call: CallSpec, prompt: np.ndarray, seeds: Sequence[TokenSeed] = ()) -> None:
+        spec = RequestSpec(session_id=call.session_id, group_id=call.group_id, seeds=tuple(seeds))
+        self.driver.admit(call.call_id, spec)
         self.driver.begin(call.call_id, prompt)
 
     def observe(self, call_id: str, tokens: np.ndarray) -> None:

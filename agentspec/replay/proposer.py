@@ -18,8 +18,11 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from agentspec.driver import TokenSeed
 from agentspec.replay.calls import CallSpec
-from agentspec.replay.settings import ProposerSettings  # re-exported; defined apart, without numpy
+from agentspec.replay.settings import (
+    ProposerSettings,  # re-exported; defined apart, without numpy
+)
 
 
 @dataclass(slots=True)
@@ -45,8 +48,9 @@ EMPTY_DRAFT = ReplayDraft()
 class Proposer(Protocol):
     """A drafter as one server runs it. Methods are called by a single thread."""
 
-    def begin_call(self, call: CallSpec, prompt: np.ndarray) -> None:
-        """A new request arrives (``prompt``: 1-D contiguous int32)."""
+    def begin_call(self, call: CallSpec, prompt: np.ndarray, seeds: Sequence[TokenSeed] = ()) -> None:
+        """A new request arrives (``prompt``: 1-D contiguous int32) with its ``seeds``
+        (vLLM's own methods take none and ignore them)."""
         ...
 
     def observe(self, call_id: str, tokens: np.ndarray) -> None:

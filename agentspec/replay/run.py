@@ -117,7 +117,7 @@ def replay_workloads(
 def _replay_cached_source(config: ReplayConfig, source: str, proposers: ExtraProposers) -> SourceResult:
     """One source, start to end, from the token cache (runs in a worker process)."""
     cache = TokenCache(config.data_path(), config.cache_dir)
-    wl = cache.load(source).workload(config.limit, config.window)
+    wl = cache.load(source).workload(config.limit, config.window, config.seed_dropped)
     return replay_workloads(config, {source: wl}, proposers=proposers)[0]
 
 
@@ -149,7 +149,7 @@ def run_replay(
     results: list[SourceResult] = []
     if config.jobs == 1 or len(sources) == 1:
         for s in sources:
-            wl = cache.load(s).workload(config.limit, config.window)
+            wl = cache.load(s).workload(config.limit, config.window, config.seed_dropped)
             if on_start:
                 on_start(s, sum(len(t) for t in wl))
             (res,) = replay_workloads(config, {s: wl}, on_call, proposers)
@@ -159,7 +159,7 @@ def run_replay(
     else:
         if on_start:
             for s in sources:
-                wl = cache.load(s).workload(config.limit, config.window)
+                wl = cache.load(s).workload(config.limit, config.window, config.seed_dropped)
                 on_start(s, sum(len(t) for t in wl))
         # spawn: the parent may hold threads (progress display) and native state.
         ctx = multiprocessing.get_context("spawn")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from agentspec.driver import TokenSeed
 from agentspec.replay.calls import CallSpec, ReplayCall, SourceWorkload
 from agentspec.replay.config import Routing
 from agentspec.replay.proposer import Proposer, ReplayDraft, SharesOutputs
@@ -147,6 +148,7 @@ def replay_call(
     output_list: list[int],
     tally: Tally,
     context: np.ndarray | None = None,
+    seeds: Sequence[TokenSeed] = (),
 ) -> None:
     """Decode one call again with ``proposer`` drafting; add the counts to ``tally``.
 
@@ -160,7 +162,7 @@ def replay_call(
         context = np.concatenate((prompt, output))
 
     t0 = _now()
-    proposer.begin_call(spec, prompt)
+    proposer.begin_call(spec, prompt, seeds)
     steps = drafted = accepted = proposals = 0
     propose_ns = 0
     pos = 0
@@ -281,9 +283,10 @@ def replay_source(
         output = np.ascontiguousarray(call.output(), dtype=np.int32)
         output_list = output.tolist()
         context = np.concatenate((prompt, output))
+        seeds = call.seeds()
         for fleet in fleets.values():
             server = fleet.server(spec)
-            replay_call(server, spec, prompt, output, output_list, fleet.tally, context)
+            replay_call(server, spec, prompt, output, output_list, fleet.tally, context, seeds)
             fleet.exchange_outputs(server)
         if n % memory_every == 0:
             for fleet in fleets.values():

@@ -21,14 +21,17 @@ from typing import Protocol
 
 import numpy as np
 
+from agentspec.driver import TokenSeed
 from agentspec.replay.calls import CallSpec, ReplayCall, SourceWorkload
 from agentspec.replay.trajectories import (
     RAW_PROMPT_ROLE,
     Trajectory,
     iter_raw,
     load_trajectories,
+    raw_window,
     select_window,
 )
+from agentspec.wire import SeedKind
 
 #: Bump when the cached layout or the rendering changes.
 CACHE_FORMAT = 1
@@ -153,26 +156,63 @@ class TokenizedSource:
         return self.call_messages[self.call_offsets[call] : self.call_offsets[call + 1]]
 
     def prompt(self, call: int, window: int | None = None) -> np.ndarray:
+        ids, chat, keep = self._window(call, window)
+        if not chat:
+            full = self._raw(ids)
+            cut = raw_window(len(full), window)
+            return full if cut is None else np.concatenate((full[: cut[0]], full[cut[1] :]))
+        parts = [self.entry(ids[k]) for k in keep]
+        parts.append(self.generation_header)
+        return np.concatenate(parts)
+
+    def dropped(self, call: int, window: int | None, previous: int | None) -> list[np.ndarray]:
+        """What the window drops from ``call``'s prompt that it did not drop from the
+        ``previous`` call's (the same session's last call, None for its first): what a
+        condenser forgets at this call, in order."""
+        if window is None:
+            return []
+        ids, chat, keep = self._window(call, window)
+        if chat:
+            before: set[int] = set()
+            if previous is not None:
+                prev_ids, _, prev_keep = self._window(previous, window)
+                before = set(prev_ids) - {prev_ids[k] for k in prev_keep}
+            kept = {ids[k] for k in keep}
+            return [self.entry(i) for i in ids if i not in kept and i not in before]
+        full = self._raw(ids)
+        cut = raw_window(len(full), window)
+        if cut is None:
+            return []
+        start, end = cut
+        if previous is not None:
+            prev_cut = raw_window(sum(int(self._lengths[i]) for i in self.message_ids(previous).tolist()), window)
+            # The middle grows at its end as the prompt does: what lies before the previous
+            # cut's end was forgotten already.
+            start = max(start, prev_cut[1]) if prev_cut is not None else start
+        return [full[start:end]] if end > start else []
+
+    def _raw(self, ids: list[int]) -> np.ndarray:
+        return np.concatenate([self.entry(i) for i in ids]) if ids else np.zeros(0, dtype=np.int32)
+
+    def _window(self, call: int, window: int | None) -> tuple[list[int], bool, list[int]]:
+        """The call's message ids, whether it is a chat, and the positions the window keeps."""
         ids = self.message_ids(call).tolist()
         chat = any(self._is_chat[i] for i in ids)
-        reserve = len(self.generation_header) if chat else 0
-        if window is not None:
-            keep = select_window(
-                [self.pool_roles[i] for i in ids], [int(self._lengths[i]) for i in ids], window, reserve
-            )
-            ids = [ids[k] for k in keep]
-        parts = [self.entry(i) for i in ids]
-        if chat:
-            parts.append(self.generation_header)
-        if not parts:
-            return np.zeros(0, dtype=np.int32)
-        return np.concatenate(parts)
+        if not chat or window is None:
+            return ids, chat, list(range(len(ids)))
+        lengths = [int(self._lengths[i]) for i in ids]
+        keep = select_window([self.pool_roles[i] for i in ids], lengths, window, len(self.generation_header))
+        return ids, chat, keep
 
     def output(self, call: int) -> np.ndarray:
         return self.entry(int(self.call_outputs[call]))
 
-    def workload(self, limit: int | None = None, window: int | None = None) -> SourceWorkload:
-        """The calls of the first ``limit`` trajectories, prompts built lazily."""
+    def workload(self, limit: int | None = None, window: int | None = None, seed_dropped: bool = False) -> SourceWorkload:
+        """The calls of the first ``limit`` trajectories, prompts built lazily.
+
+        ``seed_dropped``: each call carries what its window dropped since the session's
+        previous call as ``prior_turn`` seeds (condenser seeding).
+        """
         out: SourceWorkload = []
         call = 0
         for n, t in enumerate(self.trajectories):
@@ -188,7 +228,8 @@ class TokenizedSource:
                     turn=turn,
                     source=self.source,
                 )
-                calls.append(PoolCall(spec, self, call + turn, window))
+                previous = call + turn - 1 if turn and t.session_ids[turn - 1] == spec.session_id else None
+                calls.append(PoolCall(spec, self, call + turn, window, previous if seed_dropped else -1))
             call += t.turns
             out.append(calls)
         return out
@@ -245,9 +286,17 @@ class PoolCall:
     src: TokenizedSource
     index: int
     window: int | None
+    previous: int | None = -1
+    """The session's previous call (None: this is its first); -1: no condenser seeding."""
 
     def prompt(self) -> np.ndarray:
         return self.src.prompt(self.index, self.window)
+
+    def seeds(self) -> tuple[TokenSeed, ...]:
+        if self.previous == -1:
+            return ()
+        parts = self.src.dropped(self.index, self.window, self.previous)
+        return tuple(TokenSeed(tuple(int(t) for t in part), kind=SeedKind.PRIOR_TURN) for part in parts if len(part))
 
     def output(self) -> np.ndarray:
         return self.src.output(self.index)

@@ -143,6 +143,19 @@ def load_trajectories(path: Path, sources: Sequence[str] | None = None) -> dict[
     return out
 
 
+def raw_window(length: int, window: int | None) -> tuple[int, int] | None:
+    """The span a condenser cuts from a raw prompt (text without messages), or None.
+
+    A raw prompt has no messages to drop, so the emulation works on tokens: it keeps the
+    first ``window // 2`` tokens (the agent's instructions and task) and the most recent
+    ones up to ``window`` in all, and drops the middle ``[start, end)``.
+    """
+    if window is None or length <= window:
+        return None
+    head = window // 2
+    return head, length - (window - head)
+
+
 def select_window(
     roles: Sequence[str], lengths: Sequence[int], window: int | None, reserve: int = 0
 ) -> list[int]:

@@ -114,3 +114,5 @@ def test_bench_rejects_bad_options(app: typer.Typer, tmp_path: Path) -> None:
     assert result.exit_code != 0
     result = CliRunner().invoke(app, ["bench", "--proposers", "bogus", "--cache-dir", str(tmp_path), "-q"])
     assert result.exit_code != 0 and "unknown proposer" in result.output
+    result = CliRunner().invoke(app, ["bench", "--seed-dropped", "--cache-dir", str(tmp_path), "-q"])
+    assert result.exit_code != 0 and "give a window too" in result.output

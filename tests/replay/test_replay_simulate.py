@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 import numpy as np
 
+from agentspec.driver import TokenSeed
 from agentspec.replay import ReplayConfig, replay_workloads
 from agentspec.replay.calls import CallSpec
 from agentspec.replay.config import Routing
@@ -27,7 +29,7 @@ class Scripted:
         self.verdicts: list[tuple[int, int]] = []
         self.contexts: list[int] = []
 
-    def begin_call(self, call: CallSpec, prompt: np.ndarray) -> None:
+    def begin_call(self, call: CallSpec, prompt: np.ndarray, seeds: Sequence[TokenSeed] = ()) -> None:
         self.prompt_len = len(prompt)
 
     def observe(self, call_id: str, tokens: np.ndarray) -> None:
@@ -60,6 +62,26 @@ def test_verification_accounting_by_hand(make_call) -> None:
     assert p.observed == [[10], [11, 12, 13], [14, 15, 16]]
     assert p.verdicts == [(3, 2), (4, 3)]
     assert p.contexts == [3 + 1, 3 + 4]  # prompt + output so far
+
+
+def test_seeds_reach_the_agentspec_index_before_the_call(make_call) -> None:
+    from agentspec.replay.driver_proposer import DriverProposer, make_agentspec_index
+
+    out = [7, 8, 9, 10]
+    call = make_call("t", 0, [1, 2, 3], out)
+    proposer = DriverProposer(make_agentspec_index(ProposerSettings()))
+    seed = TokenSeed((20, 21, 22, 7, 8, 9, 10))  # what a condenser dropped: the output quotes it
+    tally = Tally()
+    replay_call(proposer, call.spec, call.prompt(), call.output(), out, tally, seeds=(seed,))
+    stats = proposer.index.session_stats(call.spec.session_id)
+    assert stats is not None and stats.seeded_tokens_by_kind == {"prior_turn": 7}
+    assert tally.accepted_tokens > 0  # drafted from the seed
+    # vLLM's suffix method takes no seeds: the same call drafts nothing from them.
+    from agentspec.replay.baselines import NoProposer
+
+    bare = Tally()
+    replay_call(NoProposer(), call.spec, call.prompt(), call.output(), out, bare, seeds=(seed,))
+    assert bare.accepted_tokens == 0
 
 
 def test_no_speculation_is_one_token_per_step(make_call) -> None:
@@ -170,7 +192,7 @@ class _CopyLastOutput:
         self.last: list[int] = []
         self.current: list[int] = []
 
-    def begin_call(self, call, prompt) -> None:
+    def begin_call(self, call, prompt, seeds=()) -> None:
         self.current = []
 
     def observe(self, call_id, tokens) -> None:

@@ -52,6 +52,16 @@ def write_data(path: Path) -> None:
             ],
         },
         {
+            "id": "r1",
+            "source": "rawagent",
+            "task": "t",
+            "kind": "agent",
+            "turns": [
+                {"messages_in": [m("prompt", "ABCDEFGH")], "output": "x"},
+                {"messages_in": [m("prompt", "ABCDEFGHIJKL")], "output": "y"},
+            ],
+        },
+        {
             "id": "s1",
             "source": "raw",
             "task": "t",
@@ -102,8 +112,30 @@ def test_window_applies_to_prompts(cache: TokenCache) -> None:
     assert calls[1].prompt().tolist() == full.tolist()
 
 
+def test_condenser_seeding_sends_what_the_window_drops_once(cache: TokenCache) -> None:
+    src = cache.load("agentish")
+    head = src.workload()[0][0].prompt()
+    (calls,) = src.workload(window=len(head) + 3, seed_dropped=True)
+    assert calls[0].seeds() == ()  # the first call fits
+    seeds = calls[1].seeds()
+    msg = lambda r, c: [1, *chars(f"{r}\n{c}"), 2, *chars("\n")]
+    assert [list(s.token_ids) for s in seeds] == [msg("assistant", "ok"), msg("user", "more")]
+    assert {s.kind.value for s in seeds} == {"prior_turn"}
+    (plain,) = src.workload(window=len(head) + 3)
+    assert plain[1].seeds() == ()  # no seeding asked for
+
+
+def test_raw_prompts_lose_their_middle_and_seed_it(cache: TokenCache) -> None:
+    (calls,) = cache.load("rawagent").workload(window=6, seed_dropped=True)
+    # The first half of the window from the start, the rest from the end.
+    assert calls[0].prompt().tolist() == chars("ABCFGH") and calls[1].prompt().tolist() == chars("ABCJKL")
+    # Each call seeds only what its window newly drops: the middle grows at its end.
+    assert [list(s.token_ids) for s in calls[0].seeds()] == [chars("DE")]
+    assert [list(s.token_ids) for s in calls[1].seeds()] == [chars("FGHI")]
+
+
 def test_cache_roundtrip_and_reuse(cache: TokenCache, tmp_path: Path) -> None:
-    assert cache.sources() == {"agentish": 1, "raw": 1}
+    assert cache.sources() == {"agentish": 1, "rawagent": 1, "raw": 1}
     cache.ensure(["agentish", "raw"])
     first = cache.load("agentish")
     # A second cache over the same file loads from disk and tokenizes nothing.

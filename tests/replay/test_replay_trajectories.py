@@ -12,6 +12,7 @@ from agentspec.replay.trajectories import (
     expand_turns,
     load_trajectories,
     parse_trajectory,
+    raw_window,
     select_window,
 )
 
@@ -94,3 +95,9 @@ def test_window_drops_a_contiguous_middle() -> None:
 def test_window_keeps_an_oversized_head_and_raw_prompts() -> None:
     assert select_window(ROLES, [100, 100, 1, 1, 1, 1], window=10) == [0, 1]
     assert select_window(["prompt"], [1000], window=10) == [0]
+
+
+def test_raw_window_cuts_the_middle() -> None:
+    assert raw_window(10, None) is None and raw_window(10, 10) is None
+    assert raw_window(100, 10) == (5, 95)
+    assert raw_window(100, 11) == (5, 94)

@@ -18,10 +18,11 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from agentspec import wire
-from agentspec.client import Seed, SessionNotFoundError, SessionStats
 from openhands.sdk import LLM
 from pydantic import SecretStr
+
+from agentspec import wire
+from agentspec.client import Seed, SessionNotFoundError, SessionStats
 
 __all__ = ["SeedPoster", "endpoint_root", "fetch_stats", "llm_headers", "split_seeds"]
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 
-from agentspec.client import Seed
 from openhands.sdk.context.condenser.base import CondenserBase
 from openhands.sdk.context.view import View
 from openhands.sdk.event.condenser import Condensation
@@ -23,6 +22,7 @@ from openhands.sdk.llm import LLM
 from openhands.sdk.llm.call_context import resolve_llm_call_context
 from pydantic import Field, PrivateAttr
 
+from agentspec.client import Seed
 from openhands_agentspec._endpoint import SeedPoster
 from openhands_agentspec._text import event_text
 from openhands_agentspec.llm import group_of

@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentspec import wire
 from openhands.sdk import LLM
 from pydantic import SecretStr
+
+from agentspec import wire
 
 __all__ = ["agentspec_llm", "group_of", "routing_headers"]
 

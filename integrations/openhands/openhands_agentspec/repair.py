@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 
-from agentspec.client import Seed
 from openhands.sdk import LLM
 from openhands.sdk.event import ActionEvent, AgentErrorEvent, Event, ObservationEvent
 
+from agentspec.client import Seed
 from openhands_agentspec._endpoint import SeedPoster
 from openhands_agentspec._text import tool_call_text
 from openhands_agentspec.llm import group_of

@@ -23,12 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentspec.client import Seed, SessionStats
 from openhands.sdk import LLM
 from openhands.sdk.context.condenser.base import CondenserBase
 from openhands.sdk.event import Event
 from pydantic import SecretStr
 
+from agentspec.client import Seed, SessionStats
 from openhands_agentspec._endpoint import SeedPoster, fetch_stats
 from openhands_agentspec.condenser import SeedingCondenser
 from openhands_agentspec.llm import agentspec_llm, group_of

@@ -57,6 +57,7 @@ def test_a_condensation_seeds_the_forgotten_events(
     )
     assert stats["calls"] == run.llm_calls()
     assert stats["seeded_tokens_by_kind"].get("prior_turn") == condenser.seeded_tokens
+    print(f"\none real conversation's server statistics: {stats}")
 
 
 def test_a_failed_command_is_seeded_as_a_repair_attempt(
