@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The base install's check: a separate virtual environment, .venv-light, on Python 3.12
-# with `vllm-agentspec[test]` and the LangChain package only (the client, the wire
-# contract and the test tools; no draft index, no vLLM). Fails if numpy, arctic-inference,
+# with `vllm-agentspec[test]`, the LangChain package and the RL rollout library only (the
+# client, the wire contract and the test tools; no draft index, no vLLM). Fails if numpy, arctic-inference,
 # torch or vLLM is installed there, then runs the client's, the wire contract's and the
-# LangChain package's unit tests in it (tests that need a real vLLM server skip, with the
+# LangChain and RL packages' tests in it (tests that need a real vLLM server skip, with the
 # reason). scripts/test.sh runs it after the main
 # suite; it also runs on its own:
 #
@@ -22,14 +22,15 @@ PY="$(find_python312)"
 install_light() {
   # What users install: the client (with the stub server and test tools) and the
   # LangChain package. Neither may bring numpy, the suffix tree, torch or vLLM.
-  pip_in "$1" -e ".[test]" -e integrations/langchain
-  check_absent "$1" "$HEAVY" "vllm-agentspec[test] + langchain-agentspec"
+  pip_in "$1" -e ".[test]" -e integrations/langchain -e integrations/rl
+  check_absent "$1" "$HEAVY" "vllm-agentspec[test] + langchain-agentspec + agentspec-rl"
   # LangChain's standard test suites need numpy themselves; the rest stays out.
   pip_in "$1" -e "integrations/langchain[test]"
   check_absent "$1" "arctic_inference torch vllm" "langchain-agentspec[test]"
 }
 build_env "$VENV" "$PY" install_light \
-  pyproject.toml integrations/langchain/pyproject.toml scripts/test_light.sh scripts/lib/py312.sh
+  pyproject.toml integrations/langchain/pyproject.toml integrations/rl/pyproject.toml scripts/test_light.sh \
+  scripts/lib/py312.sh
 
 import_ms() {  # best of three fresh processes, import only (interpreter start-up excluded)
   local python="$1"
@@ -40,4 +41,4 @@ import_ms() {  # best of three fresh processes, import only (interpreter start-u
 echo "import agentspec.client: $(import_ms "$VENV/bin/python") ms"
 
 "$VENV/bin/python" -m pytest -q tests/client tests/test_wire.py tests/core/test_budget.py tests/test_light_install.py \
-  integrations/langchain/tests/unit_tests "$@"
+  integrations/langchain/tests/unit_tests integrations/rl/tests "$@"
