@@ -57,6 +57,10 @@ class RequestSpec:
     #: It only carries seeds (``POST /agentspec/v1/seeds``): its own tokens are not the
     #: session's text, so it is neither indexed nor drafted.
     seed_only: bool = False
+    #: It announces a new policy version (``POST /agentspec/v1/policy``, RL weight
+    #: updates); like a seed-only request it is neither indexed nor drafted.
+    policy_version: int | None = None
+    keep_old_outputs: bool = False
 
 
 @dataclass(slots=True)
@@ -105,6 +109,8 @@ class RequestDriver:
         self.budget = budget
         self.counters: dict[str, float] = {}
         self._requests: dict[str, _Request] = {}
+        #: The live policy version (None until one is announced).
+        self.policy_version: int | None = None
         # (tenant, session) seen recently, most recent last; bounded like the index's own LRU.
         self._sessions: OrderedDict[tuple[str, str], None] = OrderedDict()
 
@@ -135,10 +141,27 @@ class RequestDriver:
             self._count("seeded_tokens_total", n)
             if spec.session_id is not None:
                 self.touch_session(spec.session_id, spec.tenant)
-        if spec.seed_only:
+        if spec.policy_version is not None:
+            self.set_policy_version(spec.policy_version, keep_old_outputs=spec.keep_old_outputs)
+            req.disabled = True
+        elif spec.seed_only:
             req.disabled = True
             self._count("seed_only_requests_total")
         return outcome
+
+    def set_policy_version(self, version: int, *, keep_old_outputs: bool = False) -> int:
+        """A new policy is live: later requests run under it and, unless
+        ``keep_old_outputs``, what older versions generated stops drafting at the group and
+        global levels (:meth:`DraftIndex.retire_outputs`). Versions only move forward: an
+        older or equal one changes nothing. Returns the tokens retired."""
+        if self.policy_version is not None and version <= self.policy_version:
+            return 0
+        self.policy_version = version
+        self.counters["policy_version"] = version
+        self._count("policy_updates_total")
+        retired = 0 if keep_old_outputs else self.index.retire_outputs()
+        self._count("retired_output_tokens_total", retired)
+        return retired
 
     def begin(self, req_id: str, prompt: np.ndarray | Sequence[int], generated: Sequence[int] = ()) -> CallStart | None:
         """Index the request's prompt, and whatever it generated before it was first seen."""

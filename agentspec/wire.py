@@ -26,6 +26,8 @@ __all__ = [
     "LITELLM_SESSION_HEADER",
     "MAX_SEEDS_PER_REQUEST",
     "MAX_SEED_TOKENS_PER_REQUEST",
+    "POLICY_PATH",
+    "POLICY_REQUEST_FIELDS",
     "PROMPT_CACHE_KEY_FIELD",
     "SEEDS_FIELD",
     "SEEDS_PATH",
@@ -38,6 +40,8 @@ __all__ = [
     "SMG_ROUTING_HEADER",
     "XARGS_FIELD",
     "XARG_GROUP",
+    "XARG_KEEP_OLD_OUTPUTS",
+    "XARG_POLICY_VERSION",
     "XARG_SEEDS",
     "XARG_SEED_ONLY",
     "XARG_SESSION",
@@ -47,6 +51,7 @@ __all__ = [
     "SeedSpec",
     "WireError",
     "bad_id",
+    "check_policy_request",
     "check_seeds_request",
     "check_vocabulary",
     "error_body",
@@ -92,6 +97,8 @@ XARG_GROUP: Final = "group_id"
 XARG_SEEDS: Final = "agentspec_seeds"  # a JSON string: list of {"token_ids", "scope", "kind"}
 XARG_SEED_ONLY: Final = "agentspec_seed_only"  # 1: apply the seeds, neither index nor draft the request
 XARG_TENANT: Final = "agentspec_tenant"  # set by the server from the API key and cache_salt, never by a caller
+XARG_POLICY_VERSION: Final = "agentspec_policy_version"  # set by POST POLICY_PATH only, never by a caller
+XARG_KEEP_OLD_OUTPUTS: Final = "agentspec_keep_old_outputs"  # with XARG_POLICY_VERSION
 #: vLLM's request field that isolates prefix caching; it narrows the tenant too.
 CACHE_SALT_FIELD: Final = "cache_salt"
 
@@ -107,6 +114,11 @@ SEEDS_PATH: Final = "/agentspec/v1/seeds"
 SEEDS_REQUEST_FIELDS: Final = frozenset(
     {"agentspec_seeds", "vllm_xargs", "session_id", "prompt_cache_key", "model", "cache_salt"}
 )
+#: ``POST``: the policy version now live (RL weight updates): ``{"version": N,
+#: "keep_old_outputs": false}``. Later requests run under it; outputs of older versions stop
+#: drafting at the group and global levels unless ``keep_old_outputs``.
+POLICY_PATH: Final = "/agentspec/v1/policy"
+POLICY_REQUEST_FIELDS: Final = frozenset({"version", "keep_old_outputs", "model"})
 
 _SESSION_PATH: Final = re.compile(r"^/sessions/([^/]*)(/v1/.*)$")
 
@@ -326,6 +338,25 @@ def check_seeds_request(data: Any) -> dict[str, Any]:
     if not data.get(SEEDS_FIELD):
         raise WireError(f"{SEEDS_FIELD} must hold at least one seed", SEEDS_FIELD)
     return data
+
+
+def check_policy_request(data: Any) -> tuple[int, bool]:
+    """``(version, keep_old_outputs)`` of a ``POST POLICY_PATH`` body; :class:`WireError`
+    naming the field otherwise."""
+    if not isinstance(data, Mapping):
+        raise WireError("the body must be a JSON object")
+    unknown = sorted(set(data) - POLICY_REQUEST_FIELDS)
+    if unknown:
+        raise WireError(
+            f"unknown field {unknown[0]!r}; a policy request has {', '.join(sorted(POLICY_REQUEST_FIELDS))}", unknown[0]
+        )
+    version = data.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version < 2**63:
+        raise WireError("version must be a non-negative integer", "version")
+    keep = data.get("keep_old_outputs", False)
+    if not isinstance(keep, bool):
+        raise WireError("keep_old_outputs must be true or false", "keep_old_outputs")
+    return version, keep
 
 
 def seeds_response_body(session_id: str | None, group_id: str | None, seeded_tokens: int) -> dict[str, Any]:

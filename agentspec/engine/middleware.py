@@ -90,6 +90,9 @@ class SessionIdMiddleware:
         if method == "POST" and path == wire.SEEDS_PATH:
             await self._seed_only(scope, receive, send, headers, path_session, api_key)
             return
+        if method == "POST" and path == wire.POLICY_PATH:
+            await self._policy(scope, receive, send)
+            return
         if method != "POST" or path not in wire.GENERATION_PATHS:
             await self.app(scope, receive, send)
             return
@@ -174,6 +177,9 @@ class SessionIdMiddleware:
                 f"vllm_xargs.{wire.XARG_SEED_ONLY} is reserved; send seeds alone to POST {wire.SEEDS_PATH}",
                 f"vllm_xargs.{wire.XARG_SEED_ONLY}",
             )
+        for key in (wire.XARG_POLICY_VERSION, wire.XARG_KEEP_OLD_OUTPUTS):
+            if key in xargs:
+                raise WireError(f"vllm_xargs.{key} is reserved; announce a policy with POST {wire.POLICY_PATH}", f"vllm_xargs.{key}")
         if wire.XARG_TENANT in xargs:
             raise WireError(
                 f"vllm_xargs.{wire.XARG_TENANT} is reserved: the server derives the tenant from the API key"
@@ -198,6 +204,42 @@ class SessionIdMiddleware:
             xargs[wire.XARG_SEEDS] = json.dumps(seeds, separators=(",", ":"))
         data["vllm_xargs"] = xargs
         return json.dumps(data).encode()
+
+    async def _control(
+        self, scope: Scope, receive: Receive, send: Send, token: int, xargs: dict[str, Any]
+    ) -> bool:
+        """Carry ``xargs`` to the engine on a one-token completion (per-request data reaches
+        the engine only on a request). False when vLLM refused it; its answer was sent."""
+        inner = json.dumps({"prompt": [token], "max_tokens": 1, "temperature": 0, "vllm_xargs": xargs}).encode()
+        path = "/v1/completions"
+        inner_scope = dict(
+            scope, path=path, raw_path=path.encode(), headers=_with_content_length(scope["headers"], len(inner))
+        )
+        status, response_headers, response = await _call(self.app, inner_scope, _replay(inner, receive))
+        if status != 200:
+            # vLLM's own refusal (401 without the key, 400, 5xx): pass it on unchanged.
+            await send({"type": "http.response.start", "status": status, "headers": response_headers})
+            await send({"type": "http.response.body", "body": response, "more_body": False})
+            return False
+        return True
+
+    async def _policy(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /agentspec/v1/policy``: a new policy version is live (RL weight updates).
+
+        The engine applies it when the carrying request arrives: requests admitted later run
+        under it; those in flight finish as they started, no longer feeding group or global
+        drafting; unless ``keep_old_outputs``, older outputs stop drafting at those levels.
+        """
+        body = await _read_body(receive)
+        try:
+            version, keep = wire.check_policy_request(json.loads(body) if body else None)
+        except (ValueError, RecursionError) as exc:  # WireError, or JSON too deep or malformed
+            await _send_error(send, exc if isinstance(exc, WireError) else WireError("the body is not valid JSON"))
+            return
+        xargs = {wire.XARG_POLICY_VERSION: version, wire.XARG_KEEP_OLD_OUTPUTS: int(keep), wire.XARG_SEED_ONLY: 1}
+        # Token 0 exists in every vocabulary; the request is neither indexed nor drafted.
+        if await self._control(scope, receive, send, 0, xargs):
+            await _send_json(send, 200, {"version": version, "keep_old_outputs": keep})
 
     async def _seed_only(
         self,
@@ -234,18 +276,7 @@ class SessionIdMiddleware:
         if group_id is not None:
             inner_xargs[wire.XARG_GROUP] = group_id
         first_token = next(t for seed in seeds for t in seed["token_ids"])
-        inner = json.dumps(
-            {"prompt": [first_token], "max_tokens": 1, "temperature": 0, "vllm_xargs": inner_xargs}
-        ).encode()
-        path = "/v1/completions"
-        inner_scope = dict(
-            scope, path=path, raw_path=path.encode(), headers=_with_content_length(scope["headers"], len(inner))
-        )
-        status, response_headers, response = await _call(self.app, inner_scope, _replay(inner, receive))
-        if status != 200:
-            # vLLM's own refusal (401 without the key, 400, 5xx): pass it on unchanged.
-            await send({"type": "http.response.start", "status": status, "headers": response_headers})
-            await send({"type": "http.response.body", "body": response, "more_body": False})
+        if not await self._control(scope, receive, send, first_token, inner_xargs):
             return
         seeded = sum(len(seed["token_ids"]) for seed in seeds)
         await _send_json(send, 200, wire.seeds_response_body(session_id, group_id, seeded))

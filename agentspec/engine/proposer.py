@@ -138,6 +138,8 @@ class AgentspecProposer(SuffixDecodingProposer):
             max_tokens=max_tokens,
             stop_ids=stops,
             seed_only=bool(args.get(wire.XARG_SEED_ONLY)),
+            policy_version=_as_version(args.get(wire.XARG_POLICY_VERSION)),
+            keep_old_outputs=bool(args.get(wire.XARG_KEEP_OLD_OUTPUTS)),
         )
         # Seeds go in now, before the request's first draft (and before it is even prefilled).
         outcome = self.driver.admit(req_id, spec)
@@ -274,6 +276,11 @@ _PUBLISH_COST_FACTOR = 20
 def _as_id(value: Any) -> str | None:
     """An id from ``extra_args``; the middleware has validated it (non-empty string)."""
     return value if isinstance(value, str) and value else None
+
+
+def _as_version(value: Any) -> int | None:
+    """A policy version from ``extra_args`` (set only by the middleware's policy request)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _seeds(req_id: str, raw: Any) -> tuple[TokenSeed, ...]:

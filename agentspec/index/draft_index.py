@@ -198,6 +198,22 @@ class DraftIndex:
             self._scopes.drop(call.session)
         self._enforce_budgets()
 
+    def retire_outputs(self) -> int:
+        """Forget what calls generated at the group and global levels, for a new policy
+        (RL weights): its outputs will differ from the old one's. Groups keep their seeds;
+        sessions keep their own text (it is their context). Calls in flight finish as they
+        started but no longer feed, nor draft from, those levels. Returns the tokens forgotten.
+        """
+        retired = sum(self._scopes.clear_call_text(group) for group in self._scopes.groups())
+        for tenant, corpus in self._global_text.items():
+            retired += corpus.tokens
+            self._global_text[tenant] = Corpus(self._max_depth)
+            self._global_written[tenant] = set()
+        for call in self._calls.values():
+            call.group_seq = None
+            call.global_seq = None
+        return retired
+
     def has_call(self, call_id: Hashable) -> bool:
         return call_id in self._calls
 

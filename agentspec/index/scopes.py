@@ -127,6 +127,14 @@ class ScopeTable:
         self.held_tokens += n
         return n
 
+    def clear_call_text(self, scope: Scope) -> int:
+        """Forget every text calls wrote into a group (its seeds stay); returns the tokens."""
+        n = scope.call_text.tokens
+        scope.call_text = Corpus(self._max_depth)
+        scope.active_calls.clear()
+        self.held_tokens -= n
+        return n
+
     def attach_stream(self, session: Scope, prompt: np.ndarray) -> tuple[Stream, CallStart]:
         """The session's stream that ``prompt`` continues, with what of it was indexed
         (see :func:`agentspec.index.streams.attach_stream`)."""

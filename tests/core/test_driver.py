@@ -121,3 +121,65 @@ def test_recent_sessions_forget_what_the_index_evicted() -> None:
         d.begin(f"r{i}", PROMPT)
         d.release(f"r{i}")
     assert list(d.recent_sessions()) == [("", "s1"), ("", "s2")]
+
+
+def _sibling(d: RequestDriver, req: str, session: str, output: list[int] = OUTPUT) -> None:
+    d.admit(req, RequestSpec(session, "grp"))
+    d.begin(req, PROMPT)
+    d.advance(req, output)
+    d.release(req)
+
+
+def _draft_level(d: RequestDriver, req: str, session: str) -> Level | None:
+    d.admit(req, RequestSpec(session, "grp"))
+    d.begin(req, PROMPT, OUTPUT[:3])
+    draft = d.draft(req)
+    level = draft.level if draft is not None and draft.token_ids else None
+    d.release(req)
+    return level
+
+
+def test_a_new_policy_retires_group_and_global_outputs_but_not_seeds_or_sessions() -> None:
+    d = _driver(IndexConfig())
+    d.admit("seeder", RequestSpec("s0", "grp", seeds=(TokenSeed((7, 8, 9, 10), scope=SeedScope.GROUP),), seed_only=True))
+    d.release("seeder")
+    _sibling(d, "a", "s1")
+    assert _draft_level(d, "b", "s2") in (Level.GROUP, Level.GLOBAL)  # a sibling's output drafts
+    held = d.index.stats()
+    retired = d.set_policy_version(1)
+    assert retired > 0 and d.counters["retired_output_tokens_total"] == retired and d.policy_version == 1
+    after = d.index.stats()
+    assert after.global_tokens == 0 and after.group_tokens == 4  # the group's seed stays
+    assert after.session_tokens == held.session_tokens  # sessions keep their own text
+    assert _draft_level(d, "c", "s3") is None  # nothing left to draft the old output from
+    assert _draft_level(d, "d", "s1") in (Level.CALL, Level.SESSION)  # its own session still drafts it
+
+
+def test_policy_versions_move_forward_and_can_keep_old_outputs() -> None:
+    d = _driver(IndexConfig())
+    _sibling(d, "a", "s1")
+    assert d.set_policy_version(2, keep_old_outputs=True) == 0
+    assert _draft_level(d, "b", "s2") in (Level.GROUP, Level.GLOBAL)
+    assert d.set_policy_version(1) == 0 and d.set_policy_version(2) == 0  # older or equal: nothing
+    assert d.policy_version == 2 and d.counters["policy_updates_total"] == 1
+
+
+def test_a_call_in_flight_at_an_update_stops_feeding_the_group() -> None:
+    d = _driver(IndexConfig())
+    d.admit("old", RequestSpec("s1", "grp"))
+    d.begin("old", PROMPT)
+    d.advance("old", OUTPUT[:20])
+    d.set_policy_version(1)
+    d.advance("old", OUTPUT[20:])  # generated under the old policy after the update
+    d.release("old")
+    assert d.index.stats().group_tokens == 0 and d.index.stats().global_tokens == 0
+    assert _draft_level(d, "new", "s2") is None
+
+
+def test_a_policy_request_is_applied_at_admission_and_never_drafted() -> None:
+    d = _driver(IndexConfig())
+    _sibling(d, "a", "s1")
+    d.admit("ctl", RequestSpec(policy_version=3, seed_only=True))
+    assert d.begin("ctl", [0]) is None and d.policy_version == 3
+    d.release("ctl")
+    assert d.index.stats().group_tokens == 0

@@ -16,7 +16,9 @@ from types import TracebackType
 from typing import Any, Self
 
 import anyio
+import httpx
 
+from agentspec import wire
 from agentspec.client import (
     AgentSpecClient,
     AsyncAgentSpecClient,
@@ -66,10 +68,16 @@ class _Base:
     ) -> ClientConfig:
         return config if config is not None else ClientConfig(backends=list(backends or ()), model=model, **settings)
 
-    def on_weight_update(self, version: int) -> None:
-        """From now on, samples are dispatched under policy ``version`` (and record it)."""
+    def _policy_requests(
+        self, config: ClientConfig, version: int, keep_old_outputs: bool
+    ) -> list[tuple[str, dict[str, Any], dict[str, str]]]:
+        """Check ``version``; the ``POST /agentspec/v1/policy`` request for every backend."""
         _check_version(self.policy_version, version)
-        self.policy_version = version
+        headers = dict(config.default_headers)
+        if config.api_key:
+            headers["Authorization"] = f"Bearer {config.api_key}"
+        body = {"version": version, "keep_old_outputs": keep_old_outputs}
+        return [(backend + wire.POLICY_PATH, body, headers) for backend in config.backends]
 
     @staticmethod
     def _plan(
@@ -118,6 +126,19 @@ class RolloutClient(_Base):
     def client(self) -> AgentSpecClient:
         """The session-aware client underneath (its router, backend health, pins)."""
         return self._client
+
+    def on_weight_update(self, version: int, *, keep_old_outputs: bool = False) -> None:
+        """Policy ``version`` is live: every server is told (``POST /agentspec/v1/policy``),
+        and samples dispatched from now on record it.
+
+        On the servers, requests already in flight finish under the version they started
+        with, and what older versions generated stops drafting at the group and global
+        levels, unless ``keep_old_outputs``. Raises ``ValueError`` for a version older than
+        the live one, and the HTTP error when a server does not take it.
+        """
+        for url, body, headers in self._policy_requests(self._client.config, version, keep_old_outputs):
+            httpx.post(url, json=body, headers=headers, timeout=self._client.config.read_timeout_s).raise_for_status()
+        self.policy_version = version
 
     def generate(
         self,
@@ -199,6 +220,18 @@ class AsyncRolloutClient(_Base):
     @property
     def client(self) -> AsyncAgentSpecClient:
         return self._client
+
+    async def on_weight_update(self, version: int, *, keep_old_outputs: bool = False) -> None:
+        """See :meth:`RolloutClient.on_weight_update` (the servers are told concurrently)."""
+        requests = self._policy_requests(self._client.config, version, keep_old_outputs)
+
+        async def post(http: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]) -> None:
+            (await http.post(url, json=body, headers=headers)).raise_for_status()
+
+        async with httpx.AsyncClient(timeout=self._client.config.read_timeout_s) as http, anyio.create_task_group() as tg:
+            for url, body, headers in requests:
+                tg.start_soon(post, http, url, body, headers)
+        self.policy_version = version
 
     async def generate(
         self,

@@ -93,12 +93,12 @@ def test_a_sample_over_the_context_fails_its_group_only(engines: list[str]) -> N
 def test_async_twin_matches_the_sync_client_and_records_versions(engines: list[str]) -> None:
     greedy = SamplingParams(max_tokens=8, temperature=0)
     with RolloutClient(engines, "tiny") as client:
-        client.on_weight_update(4)
+        client.policy_version = 4
         sync = client.generate(PROMPT, n=2, sampling=greedy)
 
     async def main() -> Any:
         async with AsyncRolloutClient(engines, "tiny") as client:
-            client.on_weight_update(4)
+            client.policy_version = 4  # the version is recorded without telling the servers again
 
             async def env(state: SampleState) -> EnvStep | None:
                 await anyio.lowlevel.checkpoint()
@@ -110,3 +110,27 @@ def test_async_twin_matches_the_sync_client_and_records_versions(engines: list[s
     assert [s.response_token_ids for s in group.samples] == [s.response_token_ids for s in sync.samples]
     assert {s.policy_version for s in group.samples} == {4} == {s.policy_version for s in sync.samples}
     assert all(s.turns == 1 for s in group.samples)  # the environment ended them after one turn
+
+
+def test_a_weight_update_reaches_every_engine(engines: list[str]) -> None:
+    def live(base: str) -> Any:
+        return httpx.get(base + wire.SERVER_STATS_PATH, timeout=10).json()["engine"].get("policy_version")
+
+    start = max(int(live(e) or 0) for e in engines) + 1
+
+    async def main() -> tuple[int | None, int | None]:
+        async with AsyncRolloutClient(engines, "tiny") as client:
+            await client.on_weight_update(start + 1)
+            group = await client.generate(PROMPT, n=2, sampling=SamplingParams(max_tokens=4))
+            return client.policy_version, group.samples[0].policy_version
+
+    with RolloutClient(engines, "tiny") as client:
+        client.on_weight_update(start, keep_old_outputs=True)
+        assert {s.policy_version for s in client.generate(PROMPT, n=2, sampling=SamplingParams(max_tokens=4)).samples} == {start}
+    assert anyio.run(main) == (start + 1, start + 1)
+    for engine in engines:
+        deadline = 50
+        while live(engine) != start + 1 and deadline:
+            anyio.run(anyio.sleep, 0.2)
+            deadline -= 1
+        assert live(engine) == start + 1

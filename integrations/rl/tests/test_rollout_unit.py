@@ -70,11 +70,12 @@ def test_builder_masks_environment_tokens_and_keeps_model_logprobs() -> None:
         b.add_env_step(EnvStep([-1]))
 
 
-def test_policy_versions_only_move_forward() -> None:
+def test_bad_policy_versions_are_refused_before_any_server_is_told() -> None:
+    # Port 9 (discard) has no server: a refusal that reached the network would fail otherwise.
     with RolloutClient(["http://127.0.0.1:9"], "m") as client:
-        client.on_weight_update(3)
-        assert client.policy_version == 3
+        for bad in (-1, True, 1.5):
+            with pytest.raises(ValueError, match="non-negative integer"):
+                client.on_weight_update(bad)  # type: ignore[arg-type]
+        client.policy_version = 3
         with pytest.raises(ValueError, match="older than the live one"):
             client.on_weight_update(2)
-        with pytest.raises(ValueError, match="non-negative integer"):
-            client.on_weight_update(-1)
