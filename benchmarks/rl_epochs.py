@@ -1,0 +1,111 @@
+"""RL epochs: the same prompts sampled again, with the last epoch's outputs kept or retired.
+
+    python benchmarks/rl_epochs.py --data trajectories-dev.jsonl.gz [--sources codet,tot] [--limit N]
+
+Each source's recorded sibling groups (GRPO-like: several samples of one prompt) are
+replayed twice through one agentspec server, the engine's own request driver and index,
+then through vLLM's suffix method for reference. Epoch 2 samples the same prompts as new
+groups (a rollout library names a new group per ``generate``), so the first epoch's
+outputs reach it only through the global corpus. Between the epochs the trainer announces
+a weight update (``RequestDriver.set_policy_version``, what ``POST /agentspec/v1/policy``
+does): with ``keep_old_outputs`` the first epoch's outputs stay draftable, without it they
+are retired. The table prints epoch 2's AL (output tokens per decoding step) each way and
+their ratio.
+
+The ratio is an upper bound of what keeping old outputs is worth: the recorded epoch 2 is
+the same samples again, with no policy drift between the epochs, so old outputs are exactly
+right here; after a real update they are only similar.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agentspec.replay import ProposerSettings
+from agentspec.replay.baselines import VllmSuffixProposer
+from agentspec.replay.calls import SourceWorkload, static_call
+from agentspec.replay.driver_proposer import DriverProposer, make_agentspec_index
+from agentspec.replay.proposer import Proposer
+from agentspec.replay.simulate import Tally, interleave, replay_call
+from agentspec.replay.tokenized import TokenCache
+
+CONCURRENCY = 8
+
+
+def next_epoch(workload: SourceWorkload, epoch: int) -> SourceWorkload:
+    """The same prompts and outputs as new samples in new groups."""
+    tag = f"@epoch{epoch}"
+    out: SourceWorkload = []
+    for trajectory in workload:
+        calls = []
+        for call in trajectory:
+            spec = dataclasses.replace(
+                call.spec,
+                call_id=call.spec.call_id + tag,
+                session_id=call.spec.session_id + tag,
+                group_id=call.spec.group_id + tag,
+            )
+            calls.append(static_call(spec, call.prompt(), call.output()))
+        out.append(calls)
+    return out
+
+
+def replay(proposer: Proposer, workload: SourceWorkload) -> Tally:
+    tally = Tally()
+    for call in interleave(workload, CONCURRENCY):
+        output = call.output()
+        replay_call(proposer, call.spec, call.prompt(), output, output.tolist(), tally)
+    return tally
+
+
+def epoch_two_al(make: Callable[[], Proposer], workload: SourceWorkload, between: Callable[[Proposer], None]) -> float:
+    """AL of the second epoch on one server that replayed the first."""
+    server = make()
+    replay(server, workload)
+    between(server)
+    tally = replay(server, next_epoch(workload, 2))
+    return tally.output_tokens / tally.steps
+
+
+def _agentspec() -> Proposer:
+    return DriverProposer(make_agentspec_index(ProposerSettings()))
+
+
+def _update(keep: bool) -> Callable[[Proposer], None]:
+    def announce(server: Proposer) -> None:
+        assert isinstance(server, DriverProposer)
+        server.driver.set_policy_version(1, keep_old_outputs=keep)
+
+    return announce
+
+
+def main(
+    data: Annotated[Path, typer.Option(help="Trajectories file (.jsonl[.gz]).")],
+    sources: Annotated[str, typer.Option(help="Sources with sibling samples, comma-separated.")] = "codet,tot",
+    limit: Annotated[int | None, typer.Option(help="Trajectories (groups) per source.")] = None,
+) -> None:
+    cache = TokenCache(data)
+    names = [s for s in sources.split(",") if s]
+    cache.ensure(names)
+    table = Table(
+        "source", "groups", "vllm-suffix", "agentspec, kept", "agentspec, retired", "kept / retired",
+        title="Epoch 2 AL after a weight update (upper bound: no policy drift)",
+    )  # fmt: skip
+    for name in names:
+        workload = cache.load(name).workload(limit, None)
+        suffix = epoch_two_al(VllmSuffixProposer, workload, lambda _: None)
+        kept = epoch_two_al(_agentspec, workload, _update(keep=True))
+        retired = epoch_two_al(_agentspec, workload, _update(keep=False))
+        table.add_row(name, str(len(workload)), f"{suffix:.3f}", f"{kept:.3f}", f"{retired:.3f}", f"{kept / retired:.2f}x")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    typer.run(main)
