@@ -16,6 +16,8 @@ fi
 status=0
 .venv/bin/python -m pytest "$@" || status=$?
 if [ "$#" -eq 0 ]; then
+  # Engines as Ray actors: apart, once the main run's servers have stopped.
+  .venv/bin/python -m pytest -m ray integrations/rl/tests || status=$?
   scripts/test_light.sh || status=$?
   scripts/test_openhands.sh || status=$?
 fi

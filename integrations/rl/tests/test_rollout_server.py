@@ -17,15 +17,11 @@ from agentspec_rl import (
 )
 
 from agentspec import wire
+from agentspec.testing.stats import session_stats
 
 pytestmark = pytest.mark.server
 
 PROMPT = [17, 230, 54, 999, 12, 7, 401, 33]
-
-
-def stats(base: str, session_id: str) -> dict[str, Any] | None:
-    r = httpx.get(f"{base}{wire.SESSION_STATS_PATH}{session_id.replace('/', '%2F')}", timeout=10)
-    return None if r.status_code == 404 else r.raise_for_status().json()
 
 
 @pytest.fixture
@@ -46,8 +42,8 @@ def test_a_group_is_token_exact_and_lands_on_one_engine(engines: list[str]) -> N
     (engine,) = {s.backend for s in group.samples}
     other = next(e for e in engines if e != engine)
     for s in group.samples:
-        seen = stats(engine, s.session_id)
-        assert seen is not None and seen["group_id"] == "grpo-a" and stats(other, s.session_id) is None
+        seen = session_stats(engine, s.session_id)
+        assert seen is not None and seen["group_id"] == "grpo-a" and session_stats(other, s.session_id, wait=False) is None
 
 
 def test_multi_turn_samples_append_observations_as_tokens(engines: list[str]) -> None:
@@ -65,7 +61,7 @@ def test_multi_turn_samples_append_observations_as_tokens(engines: list[str]) ->
         assert s.turns == 2 and s.response_token_ids == (*first, 5, 6, 7, *second, 5, 6, 7)
         assert s.response_mask == (1,) * len(first) + (0, 0, 0) + (1,) * len(second) + (0, 0, 0)
         assert s.logprobs[len(first) : len(first) + 3] == (None, None, None)
-        server = stats(s.backend, s.session_id)
+        server = session_stats(s.backend, s.session_id)
         assert server is not None and server["calls"] == 2
 
 
