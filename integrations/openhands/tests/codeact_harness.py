@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 from openhands.sdk import Agent, Conversation, Tool
@@ -26,6 +25,7 @@ from openhands.tools.terminal import TerminalTool
 from openhands_agentspec import AgentspecTask, TaskAttempt
 
 from agentspec import wire
+from agentspec.testing.stats import session_stats
 
 #: Short, so that the tiny model's 2048-token context holds several steps.
 SYSTEM_PROMPT = "You are a coding agent. Use the terminal and the file editor."
@@ -123,20 +123,6 @@ class CodeAct:
         return attempt, run
 
 
-def session_stats(
-    base_url: str, session_id: str, headers: dict[str, str] | None = None
-) -> dict[str, Any] | None:
-    r = httpx.get(
-        f"{base_url}{wire.SESSION_STATS_PATH}{quote(session_id, safe='')}",
-        headers=headers,
-        timeout=10,
-    )
-    if r.status_code == 404:
-        return None
-    r.raise_for_status()
-    return dict(r.json())
-
-
 def wait_stats(
     base_url: str,
     session_id: str,
@@ -147,7 +133,7 @@ def wait_stats(
     deadline = time.monotonic() + timeout
     stats: dict[str, Any] | None = None
     while time.monotonic() < deadline:
-        stats = session_stats(base_url, session_id)
+        stats = session_stats(base_url, session_id, wait=False)
         if stats is not None and done(stats):
             return stats
         time.sleep(0.2)
@@ -166,6 +152,6 @@ def backend_of(router_url: str, backends: list[str], routing_key: str) -> str:
         timeout=30,
     )
     r.raise_for_status()
-    holders = [b for b in backends if session_stats(b, probe) is not None]
+    holders = [b for b in backends if session_stats(b, probe, wait=False) is not None]
     assert len(holders) == 1, f"probe {probe} held by {holders}"
     return holders[0]

@@ -67,7 +67,7 @@ def test_tasks_stay_on_the_backend_their_group_hashes_to(
                 stats["calls"] == run.llm_calls() == 3 and stats["group_id"] == task_id
             )
             assert all(
-                session_stats(other, sid) is None
+                session_stats(other, sid, wait=False) is None
                 for other in backends
                 if other != backend
             )
