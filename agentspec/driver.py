@@ -71,6 +71,7 @@ class _Request:
     done: bool = False  # its stop was emitted
     output_len: int = 0
     last_draft_len: int = 0
+    policy_version: int | None = None  # live when it arrived: it runs under that one
 
     def clip(self, tokens: Iterable[int]) -> list[int]:
         """The prefix of newly emitted ``tokens`` the scheduler keeps."""
@@ -111,6 +112,8 @@ class RequestDriver:
         self._requests: dict[str, _Request] = {}
         #: The live policy version (None until one is announced).
         self.policy_version: int | None = None
+        #: Outputs of versions below this one are retired (None: none are).
+        self.retired_below: int | None = None
         # (tenant, session) seen recently, most recent last; bounded like the index's own LRU.
         self._sessions: OrderedDict[tuple[str, str], None] = OrderedDict()
 
@@ -121,7 +124,7 @@ class RequestDriver:
 
     def admit(self, req_id: str, spec: RequestSpec) -> SeedOutcome:
         """A request arrived: apply its seeds now, before its first draft."""
-        self._requests[req_id] = req = _Request(spec)
+        self._requests[req_id] = req = _Request(spec, policy_version=self.policy_version)
         outcome = SeedOutcome()
         for seed in spec.seeds:
             # A request without a group is its own group: group seeds go to its session.
@@ -159,9 +162,22 @@ class RequestDriver:
         self.policy_version = version
         self.counters["policy_version"] = version
         self._count("policy_updates_total")
-        retired = 0 if keep_old_outputs else self.index.retire_outputs()
+        retired = 0
+        if not keep_old_outputs:
+            self.retired_below = version
+            retired = self.index.retire_outputs()
         self._count("retired_output_tokens_total", retired)
         return retired
+
+    def is_draftable_version(self, version: int | None) -> bool:
+        """Whether an output generated under policy ``version`` (None: before any was
+        announced) may still draft at the group and global levels, e.g. a peer replica's."""
+        return self.retired_below is None or (version is not None and version >= self.retired_below)
+
+    def request_policy_version(self, req_id: str) -> int | None:
+        """The policy version the request runs under (live when it arrived)."""
+        req = self._requests.get(req_id)
+        return req.policy_version if req is not None else None
 
     def begin(self, req_id: str, prompt: np.ndarray | Sequence[int], generated: Sequence[int] = ()) -> CallStart | None:
         """Index the request's prompt, and whatever it generated before it was first seen."""
@@ -171,7 +187,12 @@ class RequestDriver:
             return None
         spec = req.spec
         start = self.index.start_call(
-            req_id, prompt, session_id=spec.session_id, group_id=spec.group_id, tenant=spec.tenant
+            req_id,
+            prompt,
+            session_id=spec.session_id,
+            group_id=spec.group_id,
+            tenant=spec.tenant,
+            policy_version=req.policy_version,
         )
         if kept := req.clip(generated):
             self.index.extend_call(req_id, kept)

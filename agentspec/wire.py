@@ -39,6 +39,7 @@ __all__ = [
     "SESSION_STATS_PATH",
     "SMG_ROUTING_HEADER",
     "XARGS_FIELD",
+    "XARG_ADMISSION",
     "XARG_GROUP",
     "XARG_KEEP_OLD_OUTPUTS",
     "XARG_POLICY_VERSION",
@@ -99,6 +100,9 @@ XARG_SEED_ONLY: Final = "agentspec_seed_only"  # 1: apply the seeds, neither ind
 XARG_TENANT: Final = "agentspec_tenant"  # set by the server from the API key and cache_salt, never by a caller
 XARG_POLICY_VERSION: Final = "agentspec_policy_version"  # set by POST POLICY_PATH only, never by a caller
 XARG_KEEP_OLD_OUTPUTS: Final = "agentspec_keep_old_outputs"  # with XARG_POLICY_VERSION
+#: The server's secret, stamped by the middleware on every request it admitted (after vLLM's
+#: authentication); the engine honours the keys above only on stamped requests. Never a caller's.
+XARG_ADMISSION: Final = "agentspec_admission"
 #: vLLM's request field that isolates prefix caching; it narrows the tenant too.
 CACHE_SALT_FIELD: Final = "cache_salt"
 
@@ -383,6 +387,9 @@ SESSION_STATS_FIELDS: Final = (
     "held_tokens",
     "accepted_tokens_by_level",
     "seeded_tokens_by_kind",
+    "policy_version",
+    "draft_tokens_by_policy_version",
+    "accepted_tokens_by_policy_version",
 )
 
 
@@ -400,6 +407,9 @@ def session_stats_body(
     held_tokens: int = 0,
     accepted_tokens_by_level: Mapping[str, int] | None = None,
     seeded_tokens_by_kind: Mapping[str, int] | None = None,
+    policy_version: int | None = None,
+    draft_tokens_by_policy_version: Mapping[str, int] | None = None,
+    accepted_tokens_by_policy_version: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The body of ``GET /agentspec/v1/sessions/{id}`` (fields :data:`SESSION_STATS_FIELDS`)."""
     return {
@@ -418,4 +428,9 @@ def session_stats_body(
         "accepted_tokens_by_level": dict(accepted_tokens_by_level or {}),
         # Seeded tokens by seed kind: prior_turn, repair_attempt, sibling_output, document.
         "seeded_tokens_by_kind": dict(seeded_tokens_by_kind or {}),
+        # RL: the policy version of the session's latest call (None before any was
+        # announced), and its draft and accepted tokens by the version they ran under.
+        "policy_version": policy_version,
+        "draft_tokens_by_policy_version": dict(draft_tokens_by_policy_version or {}),
+        "accepted_tokens_by_policy_version": dict(accepted_tokens_by_policy_version or {}),
     }

@@ -93,6 +93,11 @@ class SessionStats(BaseModel):
     """Accepted draft tokens by the level that drafted them: call, session, group, global."""
     seeded_tokens_by_kind: dict[str, int] = {}
     """Seeded tokens by seed kind: prior_turn, repair_attempt, sibling_output, document."""
+    policy_version: int | None = None
+    """RL: the policy version the session's latest call ran under (None: none announced)."""
+    draft_tokens_by_policy_version: dict[str, int] = {}
+    accepted_tokens_by_policy_version: dict[str, int] = {}
+    """Draft and accepted tokens by the policy version they ran under (keys: the version)."""
     backend: str | None = None
     """Filled by the client: the backend that answered."""
 

@@ -61,6 +61,17 @@ class EngineSettings(BaseModel):
         ),
     )
 
+    admission_token: str | None = Field(
+        None,
+        description=(
+            "A secret shared by the server's processes: the middleware stamps it on every"
+            " request it admitted, and the engine runs agentspec (sessions, tenants, seeds,"
+            " drafts) only for stamped requests, so a route the middleware does not see"
+            " cannot name another tenant or carry seeds. build_env draws one; None (an"
+            " in-process engine, whose caller is the operator): every request is trusted."
+        ),
+    )
+
     publish_interval_s: float = Field(0.2, gt=0, description="Least time between two statistics snapshots while busy.")
 
     # Corpus exchange between replicas, see agentspec.engine.exchange.

@@ -5,7 +5,9 @@ to its own file ``<folder>/<name>.tok`` and reads the records the other replicas
 to theirs, which the proposer puts into its global corpus. A file is a 16-byte header
 (magic, format version, a random *generation* drawn whenever the writer starts the file
 over) followed by records: a little-endian ``uint32`` length, then that many
-little-endian ``int32`` tokens. Each record is written with one ``os.write`` on an
+little-endian ``int32`` values: the policy version the output was generated under (-1 for
+none; RL weight updates, so that a replica drops outputs of retired policies), then its
+tokens. Each record is written with one ``os.write`` on an
 ``O_APPEND`` descriptor, so a reader sees at worst an incomplete record at the end of a
 file, which it leaves for its next poll.
 
@@ -39,13 +41,15 @@ from pathlib import Path
 
 import numpy as np
 
+__all__ = ["HEADER_BYTES", "MAX_RECORD_TOKENS", "CorpusExchange", "PeerOutput", "TenantExchange", "tenant_of"]
+
 logger = logging.getLogger("vllm.agentspec.exchange")
 
 SUFFIX = ".tok"
 TENANT_SEP = "~"
 _TENANT_ID = re.compile(r"[A-Za-z0-9._-]*")
 MAGIC = b"AGSX"
-VERSION = 1
+VERSION = 2  # 2: each record starts with its policy version
 _HEADER = struct.Struct("<4sI8s")  # magic, version, generation
 HEADER_BYTES = _HEADER.size
 _LEN = struct.Struct("<I")
@@ -53,6 +57,17 @@ _LEN = struct.Struct("<I")
 MAX_RECORD_TOKENS = 1 << 24
 _TOKENS = np.dtype("<i4")
 _WARN_EVERY_S = 60.0
+_NO_VERSION = -1
+_MAX_VERSION = (1 << 31) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class PeerOutput:
+    """One finished output another replica published."""
+
+    tokens: np.ndarray  # int32
+    #: The policy version it was generated under (None: none had been announced).
+    policy_version: int | None = None
 
 
 @dataclass(slots=True)
@@ -108,12 +123,14 @@ class CorpusExchange:
 
     # ------------------------------------------------------------------ writing
 
-    def publish(self, tokens: np.ndarray) -> bool:
-        """Append one output to this replica's file. Returns whether it was written."""
+    def publish(self, tokens: np.ndarray, policy_version: int | None = None) -> bool:
+        """Append one output, generated under ``policy_version``, to this replica's file.
+        Returns whether it was written."""
         arr = np.asarray(tokens).reshape(-1)
-        if not len(arr) or len(arr) > MAX_RECORD_TOKENS:
+        if not len(arr) or len(arr) >= MAX_RECORD_TOKENS:
             return False
-        data = _LEN.pack(len(arr)) + arr.astype(_TOKENS, copy=False).tobytes()
+        version = _NO_VERSION if policy_version is None else min(max(policy_version, 0), _MAX_VERSION)
+        data = _LEN.pack(len(arr) + 1) + _LEN.pack(version & 0xFFFFFFFF) + arr.astype(_TOKENS, copy=False).tobytes()
         try:
             if self._fd is None:
                 self._start_file()
@@ -154,8 +171,8 @@ class CorpusExchange:
 
     # ------------------------------------------------------------------ reading
 
-    def poll(self) -> list[np.ndarray]:
-        """The complete records other replicas appended since the last poll (int32 arrays)."""
+    def poll(self) -> list[PeerOutput]:
+        """The complete records other replicas appended since the last poll."""
         try:
             names = sorted(
                 e.name
@@ -167,7 +184,7 @@ class CorpusExchange:
             return []
         for gone in self._peers.keys() - set(names):
             del self._peers[gone]
-        out: list[np.ndarray] = []
+        out: list[PeerOutput] = []
         budget = self.max_read_bytes
         if names:
             self._turn = (self._turn + 1) % len(names)
@@ -180,7 +197,7 @@ class CorpusExchange:
                 self._warn("poll", "cannot read %s: %s", self.folder / name, exc)
         return out
 
-    def _read_peer(self, name: str, budget: int, out: list[np.ndarray]) -> int:
+    def _read_peer(self, name: str, budget: int, out: list[PeerOutput]) -> int:
         """Append ``name``'s new records to ``out``; returns the bytes consumed."""
         fd = os.open(self.folder / name, os.O_RDONLY)
         try:
@@ -202,7 +219,7 @@ class CorpusExchange:
                 buf = self._skip_backlog(name, peer, buf)
             records, corrupt = _scan(buf, budget)
             used = records[-1][0] + 4 + 4 * records[-1][1] if records else 0
-            taken = [np.frombuffer(buf, _TOKENS, n, pos + 4).astype(np.int32) for pos, n in records if n]
+            taken = [_record(buf, pos, n) for pos, n in records if n > 1]
             # A writer that started over while we read would have changed the header.
             if os.pread(fd, HEADER_BYTES, 0) != header:
                 del self._peers[name]
@@ -261,25 +278,32 @@ class TenantExchange:
             exchange = self._by_tenant[tenant] = CorpusExchange(self.folder, self.name, tenant=tenant, **self._limits)
         return exchange
 
-    def publish(self, tokens: np.ndarray, tenant: str = "") -> bool:
+    def publish(self, tokens: np.ndarray, tenant: str = "", policy_version: int | None = None) -> bool:
         """Append one output of ``tenant`` to this replica's file for that tenant."""
-        return self._for(tenant).publish(tokens)
+        return self._for(tenant).publish(tokens, policy_version)
 
-    def poll(self) -> list[tuple[str, np.ndarray]]:
-        """``(tenant, tokens)`` of every record the other replicas appended since the last poll."""
+    def poll(self) -> list[tuple[str, PeerOutput]]:
+        """``(tenant, output)`` of every record the other replicas appended since the last poll."""
         try:
             tenants = {tenant_of(e.name) for e in os.scandir(self.folder) if e.name.endswith(SUFFIX)}
         except OSError:
             tenants = set()
-        out: list[tuple[str, np.ndarray]] = []
+        out: list[tuple[str, PeerOutput]] = []
         for tenant in sorted(tenants | self._by_tenant.keys()):
             if _TENANT_ID.fullmatch(tenant):
-                out.extend((tenant, tokens) for tokens in self._for(tenant).poll())
+                out.extend((tenant, output) for output in self._for(tenant).poll())
         return out
 
     def close(self) -> None:
         for exchange in self._by_tenant.values():
             exchange.close()
+
+
+def _record(buf: bytes, pos: int, n: int) -> PeerOutput:
+    """The record of ``n`` values at ``pos``: its policy version, then its tokens."""
+    values = np.frombuffer(buf, _TOKENS, n, pos + 4)
+    version = int(values[0])
+    return PeerOutput(values[1:].astype(np.int32), None if version < 0 else version)
 
 
 def _scan(buf: bytes, limit: int | None = None) -> tuple[list[tuple[int, int]], bool]:

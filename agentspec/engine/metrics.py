@@ -42,6 +42,7 @@ ENGINE_SERIES: dict[str, str] = {
     "index_reused_tokens_total": "Prompt tokens already indexed by the session, not indexed again.",
     "seeded_tokens_total": "Tokens seeded into sessions and groups from requests.",
     "seed_errors_total": "Seeds refused by the index (over its limits).",
+    "unadmitted_requests_total": "Requests that reached the engine without passing agentspec's middleware (run without agentspec).",
     "seed_only_requests_total": "Seed-only requests (POST /agentspec/v1/seeds) applied.",
     "policy_updates_total": "New policy versions announced (POST /agentspec/v1/policy).",
     "retired_output_tokens_total": "Output tokens retired from group and global drafting by policy updates.",
@@ -51,6 +52,7 @@ ENGINE_SERIES: dict[str, str] = {
     "exchange_published_total": "Finished outputs published to the other replicas (corpus exchange).",
     "exchange_received_total": "Outputs of other replicas indexed into the global corpus.",
     "exchange_received_tokens_total": "Tokens of other replicas' outputs indexed into the global corpus.",
+    "exchange_retired_total": "Outputs of other replicas dropped: generated under a retired policy version.",
     "draft_budget": "Draft budget (tokens per request) of the latest step.",
     "batch_size": "Requests in the latest draft step.",
 }
@@ -69,9 +71,16 @@ def session_view(session_id: str, stats: dict[str, Any]) -> dict[str, Any]:
         seeded_tokens=int(stats.get("seeded_tokens", 0)),
         last_index_new_tokens=int(stats.get("last_index_new_tokens", 0)),
         held_tokens=int(stats.get("held_tokens", 0)),
-        accepted_tokens_by_level={k: int(v) for k, v in (stats.get("accepted_tokens_by_level") or {}).items()},
-        seeded_tokens_by_kind={k: int(v) for k, v in (stats.get("seeded_tokens_by_kind") or {}).items()},
+        accepted_tokens_by_level=_counts(stats.get("accepted_tokens_by_level")),
+        seeded_tokens_by_kind=_counts(stats.get("seeded_tokens_by_kind")),
+        policy_version=stats.get("policy_version"),
+        draft_tokens_by_policy_version=_counts(stats.get("drafted_tokens_by_policy_version")),
+        accepted_tokens_by_policy_version=_counts(stats.get("accepted_tokens_by_policy_version")),
     )
+
+
+def _counts(by: dict[str, Any] | None) -> dict[str, int]:
+    return {k: int(v) for k, v in (by or {}).items()}
 
 
 class SnapshotWriter:

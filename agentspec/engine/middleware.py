@@ -186,14 +186,19 @@ class SessionIdMiddleware:
                 f" and {wire.CACHE_SALT_FIELD}",
                 f"vllm_xargs.{wire.XARG_TENANT}",
             )
+        if wire.XARG_ADMISSION in xargs:
+            raise WireError(f"vllm_xargs.{wire.XARG_ADMISSION} is reserved for the server", f"vllm_xargs.{wire.XARG_ADMISSION}")
         session_id, group_id = wire.resolve_ids(data, headers.get, path_session)
         raw_seeds = data.pop(wire.SEEDS_FIELD, None)
         seeds = await self._seeds(scope, raw_seeds, session_id, group_id) if raw_seeds is not None else []
         salt = data.get(wire.CACHE_SALT_FIELD)
         tenant = self._tenant(api_key, salt)
 
-        if session_id is None and group_id is None and raw_seeds is None and not tenant:
+        token = self.settings.admission_token
+        if session_id is None and group_id is None and raw_seeds is None and not tenant and token is None:
             return body
+        if token is not None:
+            xargs[wire.XARG_ADMISSION] = token
         if tenant:
             xargs[wire.XARG_TENANT] = tenant
         if session_id is not None:
@@ -210,6 +215,8 @@ class SessionIdMiddleware:
     ) -> bool:
         """Carry ``xargs`` to the engine on a one-token completion (per-request data reaches
         the engine only on a request). False when vLLM refused it; its answer was sent."""
+        if self.settings.admission_token is not None:
+            xargs = {**xargs, wire.XARG_ADMISSION: self.settings.admission_token}
         inner = json.dumps({"prompt": [token], "max_tokens": 1, "temperature": 0, "vllm_xargs": xargs}).encode()
         path = "/v1/completions"
         inner_scope = dict(

@@ -29,6 +29,7 @@ subclasses vLLM's proposer).
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import json
 import logging
 import os
@@ -122,6 +123,13 @@ class AgentspecProposer(SuffixDecodingProposer):
         if req_id in self.driver:
             return  # a streaming-input update of a running request: keep its state
         args: Mapping[str, Any] = getattr(sampling_params, "extra_args", None) or {}
+        if not self._admitted(args):
+            # It reached vLLM by a route the middleware does not see (e.g. vLLM's
+            # /inference/v1/generate): whatever agentspec keys it carries are the caller's
+            # own, so it runs without agentspec (no session, seeds or drafts).
+            self.driver.disable(req_id)
+            self._count("unadmitted_requests_total")
+            return
         max_tokens, stops = None, frozenset[int]()
         if sampling_params is not None:
             max_tokens = sampling_params.max_tokens
@@ -146,14 +154,20 @@ class AgentspecProposer(SuffixDecodingProposer):
         for seed, reason in outcome.refused:
             logger.warning("seed refused for request %s (%s): %s", req_id, seed.scope.value, reason)
 
+    def _admitted(self, args: Mapping[str, Any]) -> bool:
+        """Whether the middleware admitted the request (always, without an admission token)."""
+        token = self.settings.admission_token
+        stamp = args.get(wire.XARG_ADMISSION)
+        return token is None or (isinstance(stamp, str) and hmac.compare_digest(stamp, token))
+
     def on_requests_finished(self, req_ids: Iterable[str]) -> None:
         """Requests that finished or were aborted, as the scheduler reports them."""
         for req_id in req_ids:
-            spec = self.driver.spec(req_id)
+            spec, version = self.driver.spec(req_id), self.driver.request_policy_version(req_id)
             out = self.driver.release(req_id, share=self._exchange is not None)
             if out is None or not len(out) or self._exchange is None or spec is None:
                 continue
-            if self._exchange.publish(out, spec.tenant):
+            if self._exchange.publish(out, spec.tenant, version):
                 self._count("exchange_published_total")
             self._dirty = True
 
@@ -172,9 +186,16 @@ class AgentspecProposer(SuffixDecodingProposer):
             return
         self._next_poll = now + self.settings.exchange_interval_s
         records = self._exchange.poll()
-        for tenant, tokens in records:
+        for tenant, output in records:
+            if not self.driver.is_draftable_version(output.policy_version):
+                # Generated under a policy this server has retired (the peer may not have
+                # heard of the update yet, or published just before it).
+                self._count("exchange_retired_total")
+                continue
             try:
-                n = self.index.add_peer_output(tokens, tenant=SHARED_TENANT if self.settings.share_across_tenants else tenant)
+                n = self.index.add_peer_output(
+                    output.tokens, tenant=SHARED_TENANT if self.settings.share_across_tenants else tenant
+                )
             except DraftIndexError as exc:  # a peer's text is never worth failing the engine
                 logger.warning("agentspec: ignoring a peer output: %s", exc)
                 continue

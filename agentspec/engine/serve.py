@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -96,8 +97,11 @@ def build_command(model: str, vllm_args: list[str], python: str | None = None) -
 
 
 def build_env(settings: EngineSettings, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for the server: ``base`` (default: this process's) plus agentspec's."""
+    """The environment for the server: ``base`` (default: this process's) plus agentspec's,
+    with a fresh admission token unless ``settings`` has one."""
     env = dict(os.environ if base is None else base)
+    if settings.admission_token is None:
+        settings = settings.model_copy(update={"admission_token": secrets.token_hex(16)})
     env[ENV_CONFIG] = settings.to_env()
     return env
 
@@ -171,7 +175,7 @@ def serve(
         raise typer.BadParameter(str(exc)) from None
 
     if dry_run:
-        typer.echo(f"{ENV_CONFIG}={shlex.quote(settings.to_env())} {shlex.join(cmd)}")
+        typer.echo(f"{ENV_CONFIG}={shlex.quote(build_env(settings, {})[ENV_CONFIG])} {shlex.join(cmd)}")
         return
     try:
         raise typer.Exit(_run(cmd, build_env(settings)))

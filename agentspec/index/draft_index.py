@@ -43,6 +43,7 @@ class _Call:
     last_level: Level = Level.NONE
     last_probs: list[float] = field(default_factory=list)
     output_start: int = 0  # where the call's output begins in its stream
+    policy_version: int | None = None  # the policy it runs under (RL), for statistics
 
 
 @dataclass(slots=True)
@@ -87,8 +88,12 @@ class DraftIndex:
         session_id: str | None = None,
         group_id: str | None = None,
         tenant: str = "",
+        policy_version: int | None = None,
     ) -> CallStart:
-        """Begin a call of ``tenant``; index the part of ``prompt`` the session does not hold yet."""
+        """Begin a call of ``tenant``; index the part of ``prompt`` the session does not hold yet.
+
+        ``policy_version`` (RL: the weights it runs under) only labels its statistics.
+        """
         self._check_hashable(call_id, "call_id")
         if call_id in self._calls:
             raise DraftIndexError(f"call {call_id!r} is already active")
@@ -112,6 +117,7 @@ class DraftIndex:
         session.stats.indexed_tokens += start.new_tokens
 
         call = _Call(call_id, session, stream, group, None, None, tenant=tenant, output_start=len(stream.tokens))
+        call.policy_version = policy_version
         if group is not None:
             call.group_seq = group.call_text.new_sequence()
             group.active_calls[call_id] = call.group_seq
@@ -122,6 +128,8 @@ class DraftIndex:
         session.active_calls[call_id] = stream.seq_id
         session.stats.calls += 1
         session.stats.last_index_new_tokens = start.new_tokens
+        if policy_version is not None:
+            session.stats.policy_version = policy_version
         self._calls[call_id] = call
         self._enforce_budgets(session, group)
         return start
@@ -172,6 +180,8 @@ class DraftIndex:
                 scope.stats.draft_steps += 1
                 scope.stats.drafted_tokens += drafted
                 scope.stats.accepted_tokens += accepted
+                if call.policy_version is not None:
+                    scope.stats.count_version(call.policy_version, drafted, accepted)
         if call.last_level is not Level.NONE:
             level = call.last_level.value
             self._level_counts[level].accepted_tokens += accepted
@@ -454,4 +464,7 @@ class DraftIndex:
             group_id=s.group_id,
             accepted_tokens_by_level=dict(s.accepted_tokens_by_level),
             seeded_tokens_by_kind=dict(s.seeded_tokens_by_kind),
+            policy_version=s.policy_version,
+            drafted_tokens_by_policy_version=dict(s.drafted_tokens_by_policy_version),
+            accepted_tokens_by_policy_version=dict(s.accepted_tokens_by_policy_version),
         )

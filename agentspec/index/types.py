@@ -74,6 +74,17 @@ class ScopeStats:
     accepted_tokens_by_level: dict[str, int] = field(default_factory=dict)
     #: Seeded tokens by seed kind (prior_turn, repair_attempt, sibling_output, document).
     seeded_tokens_by_kind: dict[str, int] = field(default_factory=dict)
+    #: RL: the policy version of the latest call that named one (``start_call``), and the
+    #: drafted and accepted tokens by policy version (keys are the versions as text).
+    policy_version: int | None = None
+    drafted_tokens_by_policy_version: dict[str, int] = field(default_factory=dict)
+    accepted_tokens_by_policy_version: dict[str, int] = field(default_factory=dict)
+
+    def count_version(self, version: int, drafted: int, accepted: int) -> None:
+        key = str(version)
+        by_drafted, by_accepted = self.drafted_tokens_by_policy_version, self.accepted_tokens_by_policy_version
+        by_drafted[key] = by_drafted.get(key, 0) + drafted
+        by_accepted[key] = by_accepted.get(key, 0) + accepted
 
     @property
     def acceptance_rate(self) -> float:

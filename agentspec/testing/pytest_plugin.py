@@ -128,7 +128,9 @@ class _Servers:
                 self.model_dir, agentspec=True, settings=settings, log_dir=self.log_dir, python=server_python()
             )
         elif kind == "secured":
-            keys = ["--api-key", *SECURED_API_KEYS]  # one option, several values (a repeated option replaces)
+            # One option, several values (a repeated option replaces). Scale-out on: vLLM's
+            # /inference/v1/generate is a route agentspec's middleware does not rewrite.
+            keys = ["--api-key", *SECURED_API_KEYS, "--enable-scale-out"]
             settings = EngineSettings(index=TEST_INDEX_CONFIG)
             server = VLLMServer.launch(
                 self.model_dir,

@@ -1,4 +1,5 @@
-"""Reading a server's per-session statistics in tests (``GET /agentspec/v1/sessions/<id>``)."""
+"""Reading a server's statistics in tests: one session's (``GET /agentspec/v1/sessions/<id>``)
+and Prometheus samples of ``/metrics``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import httpx
 
 from agentspec import wire
 
-__all__ = ["session_stats"]
+__all__ = ["metric_value", "scrape", "session_stats"]
 
 
 def session_stats(base: str, session_id: str, *, wait: bool = True, timeout_s: float = 10.0) -> dict[str, Any] | None:
@@ -29,3 +30,27 @@ def session_stats(base: str, session_id: str, *, wait: bool = True, timeout_s: f
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.2)
+
+
+def scrape(base: str) -> str:
+    """The server's ``/metrics`` text."""
+    return httpx.get(base + "/metrics", timeout=10).raise_for_status().text
+
+
+def metric_value(text: str, name: str, labels: str = "") -> float:
+    """The sum of a Prometheus series' samples whose labels contain every ``k="v"`` of
+    ``labels`` (comma-separated), e.g. ``metric_value(t, "agentspec_drafts_total", 'level="call"')``.
+    Raises ``KeyError`` when there is none."""
+    total = 0.0
+    found = False
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        metric, _, rest = key.partition("{")
+        if metric == name and all(part in rest for part in labels.split(",") if part):
+            total += float(value)
+            found = True
+    if not found:
+        raise KeyError(f"{name}{{{labels}}} not in /metrics")
+    return total

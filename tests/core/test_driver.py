@@ -183,3 +183,41 @@ def test_a_policy_request_is_applied_at_admission_and_never_drafted() -> None:
     assert d.begin("ctl", [0]) is None and d.policy_version == 3
     d.release("ctl")
     assert d.index.stats().group_tokens == 0
+
+
+def test_session_statistics_split_drafts_by_the_version_a_call_arrived_under() -> None:
+    d = _driver(IndexConfig())
+    d.set_policy_version(1)
+
+    def turn(req_id: str, prompt: list[int]) -> None:
+        d.admit(req_id, RequestSpec("s1", "grp"))
+        d.begin(req_id, prompt)
+        draft = d.draft(req_id)
+        assert draft is not None and draft.token_ids
+        d.verified(req_id, 2)  # the model accepted two of the draft's tokens
+        d.advance(req_id, draft.token_ids[:2] + [999])
+
+    turn("t1", PROMPT + PROMPT[:3])  # the prompt repeats itself: the call drafts
+    d.admit("t2", RequestSpec("s1", "grp"))  # arrives under version 1 ...
+    d.set_policy_version(2)  # ... and begins after the update: it stays a version-1 call
+    d.begin("t2", PROMPT + PROMPT[:3])
+    assert d.draft("t2") is not None
+    d.verified("t2", 1)
+    turn("t3", PROMPT + PROMPT[:3] + [5])
+    stats = d.index.session_stats("s1")
+    assert stats is not None and stats.policy_version == 2
+    assert stats.accepted_tokens_by_policy_version == {"1": 3, "2": 2}
+    assert sum(stats.drafted_tokens_by_policy_version.values()) == stats.drafted_tokens
+    group = d.index.group_stats("grp")
+    assert group is not None and group.accepted_tokens_by_policy_version == {"1": 3, "2": 2}
+
+
+def test_without_announced_versions_sessions_have_no_version_statistics() -> None:
+    d = _driver()
+    d.admit("a", RequestSpec("s1"))
+    d.begin("a", PROMPT + PROMPT[:3])
+    assert d.draft("a") is not None
+    d.verified("a", 1)
+    stats = d.index.session_stats("s1")
+    assert stats is not None and stats.policy_version is None and stats.accepted_tokens == 1
+    assert stats.drafted_tokens_by_policy_version == {} == stats.accepted_tokens_by_policy_version

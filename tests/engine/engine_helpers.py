@@ -112,20 +112,3 @@ def idle_stats(base: str, timeout: float = 10.0) -> dict[str, Any]:
         ),
         timeout,
     )
-
-
-def metric_value(text: str, name: str, labels: str = "") -> float:
-    """The value of one Prometheus sample, e.g. ``metric_value(t, "agentspec_drafts_total", 'level="call"')``."""
-    total = 0.0
-    found = False
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        key, _, value = line.rpartition(" ")
-        metric, _, rest = key.partition("{")
-        if metric == name and all(part in rest for part in labels.split(",") if part):
-            total += float(value)
-            found = True
-    if not found:
-        raise KeyError(f"{name}{{{labels}}} not in /metrics")
-    return total

@@ -10,16 +10,29 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentspec.engine.exchange import HEADER_BYTES, MAX_RECORD_TOKENS, CorpusExchange, TenantExchange, tenant_of
+from agentspec.engine.exchange import (
+    HEADER_BYTES,
+    MAX_RECORD_TOKENS,
+    CorpusExchange,
+    PeerOutput,
+    TenantExchange,
+    tenant_of,
+)
 
 
 def _toks(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.int32)
 
 
-def _lists(records: list[np.ndarray]) -> list[list[int]]:
-    assert all(r.dtype == np.int32 for r in records)
-    return [r.tolist() for r in records]
+def _lists(records: list[PeerOutput]) -> list[list[int]]:
+    assert all(r.tokens.dtype == np.int32 for r in records)
+    return [r.tokens.tolist() for r in records]
+
+
+def test_records_carry_the_policy_version_they_were_generated_under(tmp_path: Path) -> None:
+    a, b = CorpusExchange(tmp_path, "a"), CorpusExchange(tmp_path, "b")
+    assert a.publish(_toks(1, 2), policy_version=7) and a.publish(_toks(3)) and a.publish(_toks(4), 0)
+    assert [(r.tokens.tolist(), r.policy_version) for r in b.poll()] == [([1, 2], 7), ([3], None), ([4], 0)]
 
 
 def test_records_go_both_ways_and_own_records_stay_home(tmp_path: Path) -> None:
@@ -44,7 +57,7 @@ def test_a_late_reader_gets_what_was_published_before(tmp_path: Path) -> None:
 def test_partial_record_waits_until_complete(tmp_path: Path) -> None:
     a, b = CorpusExchange(tmp_path, "a"), CorpusExchange(tmp_path, "b")
     a.publish(_toks(1))
-    record = struct.pack("<I", 3) + _toks(10, 11, 12).astype("<i4").tobytes()
+    record = struct.pack("<I", 4) + _toks(-1, 10, 11, 12).astype("<i4").tobytes()  # no version, 3 tokens
     with open(a.path, "ab") as f:  # a writer caught in the middle of its record
         f.write(record[:2])
     assert _lists(b.poll()) == [[1]]
@@ -58,21 +71,22 @@ def test_partial_record_waits_until_complete(tmp_path: Path) -> None:
 
 
 def test_started_over_file_is_read_again(tmp_path: Path) -> None:
-    # Each record is 4 + 4 * 4 bytes: the third one no longer fits, the file starts over.
-    a = CorpusExchange(tmp_path, "a", max_file_bytes=HEADER_BYTES + 2 * 20)
+    # Each record is 4 + 4 * (1 + 4) bytes (length, version, tokens): the third one no
+    # longer fits, the file starts over.
+    a = CorpusExchange(tmp_path, "a", max_file_bytes=HEADER_BYTES + 2 * 24)
     b = CorpusExchange(tmp_path, "b")
     a.publish(_toks(1, 1, 1, 1))
     a.publish(_toks(2, 2, 2, 2))
     assert len(b.poll()) == 2
     a.publish(_toks(3, 3, 3, 3))
-    assert os.path.getsize(a.path) == HEADER_BYTES + 20
+    assert os.path.getsize(a.path) == HEADER_BYTES + 24
     assert _lists(b.poll()) == [[3, 3, 3, 3]]
 
 
 def test_regrown_file_is_read_again(tmp_path: Path) -> None:
     # Started over and grown past the reader's offset between two polls: the new
     # generation in the header tells, where the size alone would not.
-    a = CorpusExchange(tmp_path, "a", max_file_bytes=HEADER_BYTES + 2 * 20)
+    a = CorpusExchange(tmp_path, "a", max_file_bytes=HEADER_BYTES + 2 * 24)
     b = CorpusExchange(tmp_path, "b")
     a.publish(_toks(1, 1, 1, 1))
     assert len(b.poll()) == 1
@@ -141,20 +155,20 @@ def test_a_poll_reads_a_bounded_amount(tmp_path: Path) -> None:
     a = CorpusExchange(tmp_path, "a")
     b = CorpusExchange(tmp_path, "b", max_read_bytes=50)
     for i in range(5):
-        a.publish(np.full(4, i, dtype=np.int32))  # 20 bytes each
-    assert [r[0] for r in b.poll()] == [0, 1]
-    assert [r[0] for r in b.poll()] == [2, 3]
-    assert [r[0] for r in b.poll()] == [4]
+        a.publish(np.full(4, i, dtype=np.int32))  # 24 bytes each
+    assert [r.tokens[0] for r in b.poll()] == [0, 1]
+    assert [r.tokens[0] for r in b.poll()] == [2, 3]
+    assert [r.tokens[0] for r in b.poll()] == [4]
     a.publish(np.arange(100, dtype=np.int32))  # larger than a poll: read whole all the same
-    assert len(b.poll()[0]) == 100
+    assert len(b.poll()[0].tokens) == 100
 
 
 def test_a_reader_far_behind_keeps_the_newest(tmp_path: Path) -> None:
     a = CorpusExchange(tmp_path, "a")
     for i in range(10):
-        a.publish(np.full(4, i, dtype=np.int32))  # 20 bytes each
-    b = CorpusExchange(tmp_path, "b", max_backlog_bytes=60)
-    assert [r[0] for r in b.poll()] == [7, 8, 9]
+        a.publish(np.full(4, i, dtype=np.int32))  # 24 bytes each
+    b = CorpusExchange(tmp_path, "b", max_backlog_bytes=72)
+    assert [r.tokens[0] for r in b.poll()] == [7, 8, 9]
     a.publish(_toks(10))
     assert _lists(b.poll()) == [[10]]
 
@@ -168,7 +182,7 @@ def test_tenants_have_files_of_their_own(tmp_path: Path) -> None:
     a, b = TenantExchange(tmp_path, "a"), TenantExchange(tmp_path, "b")
     assert a.publish(_toks(1, 2), "k-1") and a.publish(_toks(3), "") and a.publish(_toks(4), "k-2.s-9")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tok", "a~k-1.tok", "a~k-2.s-9.tok"]
-    assert sorted((t, list(x)) for t, x in b.poll()) == [("", [3]), ("k-1", [1, 2]), ("k-2.s-9", [4])]
+    assert sorted((t, x.tokens.tolist()) for t, x in b.poll()) == [("", [3]), ("k-1", [1, 2]), ("k-2.s-9", [4])]
     assert b.poll() == [] and a.poll() == []  # nothing new, and never one's own records
     assert tenant_of("a~k-1.tok") == "k-1" and tenant_of("a.tok") == ""
     with pytest.raises(ValueError, match="tenant ids"):

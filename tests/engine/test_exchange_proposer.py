@@ -137,3 +137,27 @@ def test_outputs_cross_within_their_tenant_only(tmp_path: Path, clock: _Clock, s
 
     assert drafts_from_a("b-a", "k-tenant-a")  # A's own text, on the other replica
     assert drafts_from_a("b-b", "k-tenant-b") is share  # B gets it only when the operator shares
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["retired", "kept"])
+def test_outputs_of_a_retired_policy_do_not_cross(tmp_path: Path, clock: _Clock, keep: bool) -> None:
+    """A replica that has retired policy 1 drops what a peer generated under it (the peer
+    had not heard of the update yet), unless the update kept old outputs."""
+    a, b = _proposer(tmp_path, "proposer-dp0"), _proposer(tmp_path, "proposer-dp1")
+    a.driver.set_policy_version(1)
+    b.driver.set_policy_version(1)
+    b.driver.set_policy_version(2, keep_old_outputs=keep)
+    _finish_a_call(a)  # generated under version 1
+    clock.now = 0.6
+    b.on_step_end(idle=True)
+    received = b.driver.counters.get("exchange_received_tokens_total", 0)
+    assert received == (len(OUTPUT) if keep else 0)
+    assert b.driver.counters.get("exchange_retired_total", 0) == (0 if keep else 1)
+    # What the peer generates under the live version crosses as before.
+    a.driver.set_policy_version(2)
+    a.on_request_added("a-2", _params("sa2", max_tokens=len(OUTPUT)))
+    _step(a, "a-2", list(range(1, 20)), OUTPUT)
+    a.on_requests_finished(["a-2"])
+    clock.now = 1.2
+    b.on_step_end(idle=True)
+    assert b.driver.counters["exchange_received_tokens_total"] == received + len(OUTPUT)

@@ -9,7 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
-from engine_helpers import PROMPTS, chat_ok, completion_ok, metric_value
+from engine_helpers import PROMPTS, chat_ok, completion_ok
+
+from agentspec.testing.stats import metric_value
 
 pytestmark = pytest.mark.server
 

@@ -1,11 +1,13 @@
 """Against a real ``agentspec serve`` with API keys: no agentspec work before vLLM's key
-check, malformed bodies refused with a 400 (never a 500), ambiguous id headers refused.
+check, malformed bodies refused with a 400 (never a 500), ambiguous id headers refused, and
+agentspec keys smuggled past the middleware ignored.
 
 Slow (its own server with two API keys); marked ``server``.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -103,3 +105,39 @@ def test_an_oversized_text_seed_is_refused(agentspec_secured_server) -> None:
     r = _request(agentspec_secured_server, "POST", "/v1/chat/completions", KEY_A, json={**CHAT, **words},
                  headers={wire.SESSION_HEADER: "s"})  # fmt: skip
     assert r.status_code == 400 and "max_seed_tokens_per_request=32768" in r.json()["error"]["message"]
+
+
+def _engine_count(server, name: str) -> float:
+    r = _request(server, "GET", wire.SERVER_STATS_PATH, KEY_A)
+    return float(r.raise_for_status().json()["engine"].get(name, 0))
+
+
+def test_agentspec_keys_on_a_route_the_middleware_does_not_see_are_ignored(agentspec_secured_server) -> None:
+    """vLLM's token-in route (/inference/v1/generate, scale-out) carries ``extra_args`` to the
+    engine untouched by agentspec's middleware. A caller with a valid key who names another
+    tenant, a session and a seed there gets none of it: without the middleware's stamp the
+    engine runs the request without agentspec."""
+    server = agentspec_secured_server
+    before = _engine_count(server, "unadmitted_requests_total")
+    smuggled = {
+        wire.XARG_SESSION: "smuggled",
+        wire.XARG_TENANT: "someone-else",
+        wire.XARG_SEEDS: '[{"token_ids": [5, 6, 7], "scope": "session", "kind": "prior_turn"}]',
+        wire.XARG_ADMISSION: "a guess",
+    }
+    body = {"model": "tiny", "token_ids": [11, 12, 13], "sampling_params": {"max_tokens": 4, "extra_args": smuggled}}
+    r = _request(server, "POST", "/inference/v1/generate", KEY_A, json=body)
+    assert r.status_code == 200, r.text  # vLLM serves it ...
+    for key in (KEY_A, KEY_B):  # ... and agentspec holds nothing of it, in any tenant
+        assert _request(server, "GET", wire.SESSION_STATS_PATH + "smuggled", key).status_code == 404
+    deadline = 50
+    while _engine_count(server, "unadmitted_requests_total") <= before and deadline:
+        time.sleep(0.2)
+        deadline -= 1
+    assert _engine_count(server, "unadmitted_requests_total") == before + 1
+
+
+def test_a_caller_cannot_forge_the_admission_stamp(agentspec_secured_server) -> None:
+    body = {**CHAT, "vllm_xargs": {wire.XARG_ADMISSION: "forged"}}
+    r = _request(agentspec_secured_server, "POST", "/v1/chat/completions", KEY_A, json=body)
+    assert r.status_code == 400 and f"vllm_xargs.{wire.XARG_ADMISSION} is reserved" in r.text

@@ -45,7 +45,13 @@ def test_other_methods_refused() -> None:
 
 def test_env_turns_plugin_on() -> None:
     env = build_env(EngineSettings(full_draft_batch=4), base={})
-    assert json.loads(env[ENV_CONFIG]) == {"full_draft_batch": 4}
+    settings = json.loads(env[ENV_CONFIG])
+    token = settings.pop("admission_token")
+    assert settings == {"full_draft_batch": 4}
+    # A fresh secret per start (the middleware's stamp, docs/security.md); one given is kept.
+    assert len(token) == 32 and token != json.loads(build_env(EngineSettings(), base={})[ENV_CONFIG])["admission_token"]
+    kept = build_env(EngineSettings(admission_token="given"), base={})
+    assert json.loads(kept[ENV_CONFIG]) == {"admission_token": "given"}
 
 
 def test_cli_dry_run_passes_unknown_options() -> None:

@@ -14,11 +14,12 @@ from engine_helpers import (
     chat_ok,
     completion_ok,
     idle_stats,
-    metric_value,
     session_stats,
     wait_for,
     wait_session,
 )
+
+from agentspec.testing.stats import metric_value
 
 pytestmark = pytest.mark.server
 

@@ -5,7 +5,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from agentspec.replay import ProposerSettings, builtin_proposers, make_proposer, proposer_names
+from agentspec.replay import (
+    ProposerSettings,
+    builtin_proposers,
+    make_proposer,
+    proposer_names,
+)
 from agentspec.replay.baselines import NoProposer, TreeOracle
 from agentspec.replay.calls import CallSpec
 from agentspec.replay.driver_proposer import DriverProposer
@@ -20,7 +25,7 @@ class FakeIndex:
 
     config = SimpleNamespace(max_sessions=8)
 
-    def start_call(self, call_id, prompt, session_id=None, group_id=None, tenant=""):
+    def start_call(self, call_id, prompt, session_id=None, group_id=None, tenant="", policy_version=None):
         self.log.append(("start", call_id, list(prompt), session_id, group_id))
         return SimpleNamespace(new_tokens=len(prompt), reused_tokens=0)
 
