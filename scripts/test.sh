@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up the environment (first run: several minutes) and run the whole test suite, then
-# the base install's check in its own light environment (scripts/test_light.sh) and the
-# OpenHands package's tests in their Python 3.12 environment (scripts/test_openhands.sh).
+# the base install's check in its own light environment (scripts/test_light.sh), the
+# OpenHands package's tests in their Python 3.12 environment (scripts/test_openhands.sh) and
+# the verl adapter's in verl's own environment (scripts/test_verl.sh).
 # Extra arguments go to pytest and run the main suite only, e.g. `scripts/test.sh tests/core -x`.
 # Exits non-zero when either run fails.
 set -euo pipefail
@@ -20,5 +21,6 @@ if [ "$#" -eq 0 ]; then
   .venv/bin/python -m pytest -m ray integrations/rl/tests || status=$?
   scripts/test_light.sh || status=$?
   scripts/test_openhands.sh || status=$?
+  scripts/test_verl.sh || status=$?
 fi
 exit "$status"

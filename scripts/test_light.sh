@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 VENV=.venv-light
 HEAVY="numpy arctic_inference torch vllm"
 
-source scripts/lib/py312.sh
+source scripts/lib/venvs.sh
 PY="$(find_python312)"
 
 install_light() {
@@ -30,7 +30,7 @@ install_light() {
 }
 build_env "$VENV" "$PY" install_light \
   pyproject.toml integrations/langchain/pyproject.toml integrations/rl/pyproject.toml scripts/test_light.sh \
-  scripts/lib/py312.sh
+  scripts/lib/venvs.sh
 
 import_ms() {  # best of three fresh processes, import only (interpreter start-up excluded)
   local python="$1"

@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv-openhands
 
-source scripts/lib/py312.sh
+source scripts/lib/venvs.sh
 PY="$(find_python312)"
 SERVER_PYTHON="${AGENTSPEC_SERVER_PYTHON:-$PWD/.venv/bin/python}"
 if [ ! -x "$SERVER_PYTHON" ]; then
@@ -34,7 +34,7 @@ install_openhands() {
   check_absent "$1" "arctic_inference torch vllm" "openhands-agentspec[test]"
 }
 build_env "$VENV" "$PY" install_openhands \
-  pyproject.toml integrations/openhands/pyproject.toml scripts/test_openhands.sh scripts/lib/py312.sh
+  pyproject.toml integrations/openhands/pyproject.toml scripts/test_openhands.sh scripts/lib/venvs.sh
 
 cd integrations/openhands
 AGENTSPEC_SERVER_PYTHON="$SERVER_PYTHON" "../../$VENV/bin/python" -m pytest -q tests "$@"

@@ -24,6 +24,9 @@ class Routing(str, Enum):
     SESSION = "session"
     #: A group's sessions stay on one replica.
     GROUP = "group"
+    #: What agentspec's session-aware client does: a group is pinned by rendezvous hashing
+    #: with bounded load over the trajectories in flight (agentspec.client.routing.PinTable).
+    CLIENT = "client"
 
 
 def bundled_data() -> Path:
@@ -64,12 +67,27 @@ class ReplayConfig(BaseModel):
     #: Sources replayed in parallel processes.
     jobs: int = Field(default=1, ge=1)
     cache_dir: Path | None = None
-    #: Ratios in reports are relative to this proposer (when it ran).
+    #: Ratios in reports are relative to this proposer, one of ``proposers``
+    #: (default: vllm-suffix when it runs, else the first proposer).
     baseline: str = "vllm-suffix"
     proposer_settings: ProposerSettings = ProposerSettings()
     cost: CostModel = CostModel()
     #: Sample index memory every this many calls (it is not free to measure).
     memory_every: int = Field(default=256, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_baseline(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("baseline") is None:
+            proposers = tuple(data.get("proposers") or DEFAULT_PROPOSERS)
+            data = {**data, "baseline": "vllm-suffix" if "vllm-suffix" in proposers or not proposers else proposers[0]}
+        return data
+
+    @model_validator(mode="after")
+    def _baseline_runs(self) -> ReplayConfig:
+        if self.baseline not in self.proposers:
+            raise ValueError(f"baseline {self.baseline!r} is not among the proposers run ({', '.join(self.proposers)})")
+        return self
 
     @field_validator("proposers")
     @classmethod

@@ -64,9 +64,11 @@ def stable_hash(key: str) -> int:
 
 
 def route(spec: CallSpec, policy: Routing, replicas: int) -> int:
-    """The replica that serves a call."""
+    """The replica that serves a call (for :attr:`Routing.CLIENT`, see :class:`ClientRouting`)."""
     if replicas == 1:
         return 0
+    if policy is Routing.CLIENT:
+        raise ValueError("Routing.CLIENT depends on the trajectories in flight: use ClientRouting")
     if policy is Routing.SPREAD:
         key = f"{spec.trajectory_id}#{spec.turn}"
     elif policy is Routing.SESSION:
@@ -210,6 +212,42 @@ def replay_call(
     tally.propose_ns += propose_ns
 
 
+class ClientRouting:
+    """Replicas chosen as agentspec's session-aware client chooses backends: the client's own
+    :class:`~agentspec.client.routing.PinTable` (rendezvous hashing with bounded load), a
+    trajectory counted as one open session of its group from its first call to its last."""
+
+    def __init__(self, replicas: int, remaining: dict[str, int], load_factor: float = 1.25) -> None:
+        from agentspec.client.routing import PinTable
+
+        self._names = [f"replica-{r}" for r in range(replicas)]
+        self._table = PinTable(load_factor)
+        self._remaining = dict(remaining)  # calls left per trajectory
+        self._open: set[str] = set()
+
+    @classmethod
+    def for_workload(cls, workload: SourceWorkload, replicas: int) -> ClientRouting:
+        counts: dict[str, int] = {}
+        for trajectory in workload:
+            for call in trajectory:
+                counts[call.spec.trajectory_id] = counts.get(call.spec.trajectory_id, 0) + 1
+        return cls(replicas, counts)
+
+    def route(self, spec: CallSpec) -> int:
+        if spec.trajectory_id not in self._open:
+            self._open.add(spec.trajectory_id)
+            self._table.register(spec.group_id)
+        return self._names.index(self._table.resolve(spec.group_id, self._names))
+
+    def done(self, spec: CallSpec) -> None:
+        """The call was served: a trajectory's last call closes its session."""
+        left = self._remaining.get(spec.trajectory_id, 1) - 1
+        self._remaining[spec.trajectory_id] = left
+        if left <= 0 and spec.trajectory_id in self._open:
+            self._open.discard(spec.trajectory_id)
+            self._table.unregister(spec.group_id)
+
+
 @dataclass
 class _Fleet:
     """One proposer's replicas (created on first use) and their routing."""
@@ -220,6 +258,7 @@ class _Fleet:
     exchange: bool = False
     tally: Tally = field(default_factory=Tally)
     servers: dict[int, Proposer] = field(default_factory=dict)
+    client: ClientRouting | None = None  # for Routing.CLIENT
 
     def __post_init__(self) -> None:
         if not (self.exchange and self.replicas > 1):
@@ -233,7 +272,10 @@ class _Fleet:
                 s.start_sharing()  # type: ignore[attr-defined]
 
     def server(self, spec: CallSpec) -> Proposer:
-        r = route(spec, self.routing, self.replicas)
+        if self.client is not None:
+            r = self.client.route(spec)
+        else:
+            r = route(spec, self.routing, self.replicas)
         s = self.servers.get(r)
         if s is None:
             s = self.servers[r] = self.make()
@@ -277,6 +319,9 @@ def replay_source(
     fleets = {
         name: _Fleet(make, routing.get(name, Routing.SPREAD), replicas, exchange) for name, make in proposers.items()
     }
+    for fleet in fleets.values():
+        if fleet.routing is Routing.CLIENT and replicas > 1:
+            fleet.client = ClientRouting.for_workload(workload, replicas)
     for n, call in enumerate(interleave(workload, concurrency), 1):
         spec = call.spec
         prompt = np.ascontiguousarray(call.prompt(), dtype=np.int32)
@@ -288,6 +333,8 @@ def replay_source(
             server = fleet.server(spec)
             replay_call(server, spec, prompt, output, output_list, fleet.tally, context, seeds)
             fleet.exchange_outputs(server)
+            if fleet.client is not None:
+                fleet.client.done(spec)
         if n % memory_every == 0:
             for fleet in fleets.values():
                 fleet.sample_memory()

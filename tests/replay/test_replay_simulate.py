@@ -4,13 +4,16 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 
 from agentspec.driver import TokenSeed
 from agentspec.replay import ReplayConfig, replay_workloads
 from agentspec.replay.calls import CallSpec
 from agentspec.replay.config import Routing
 from agentspec.replay.proposer import Proposer, ProposerSettings, ReplayDraft
+from agentspec.client.routing import pick_backend
 from agentspec.replay.simulate import (
+    ClientRouting,
     Tally,
     accept_linear,
     accept_tree,
@@ -155,6 +158,30 @@ def test_routing_pins_as_stated() -> None:
         _spec("t0", 0, "x", "y"), Routing.SPREAD, 1000
     )
     assert all(route(c, Routing.SPREAD, 1) == 0 for c in calls)
+
+
+def test_client_routing_pins_groups_as_the_client_does_and_bounds_load() -> None:
+    # 12 groups of 4 trajectories (2 calls each), all in flight at once on 4 replicas.
+    trajectories = [[_spec(f"g{g}t{t}", j, f"g{g}t{t}", f"g{g}") for j in range(2)] for g in range(12) for t in range(4)]
+    counts = {c.trajectory_id: 2 for traj in trajectories for c in traj}
+    router = ClientRouting(4, counts)
+    where: dict[str, set[int]] = {}
+    for traj in trajectories:
+        where.setdefault(traj[0].group_id, set()).add(router.route(traj[0]))
+    assert all(len(r) == 1 for r in where.values())  # a group on one replica
+    per_replica = Counter(next(iter(r)) for r in where.values())
+    assert max(per_replica.values()) <= 4  # bounded load: ceil(1.25 * 48 / 4) sessions = 4 groups of 4
+    # The first group lands where the client itself would put it (rendezvous, idle fleet).
+    first = pick_backend("g0", [f"replica-{r}" for r in range(4)], {}, 1.25)
+    assert where["g0"] == {int(first.removeprefix("replica-"))}
+    # Once every trajectory has made its last call, the pins are gone.
+    for traj in trajectories:
+        router.route(traj[1])
+        router.done(traj[0])
+        router.done(traj[1])
+    assert router._table.loads() == {}
+    with pytest.raises(ValueError, match="ClientRouting"):
+        route(trajectories[0][0], Routing.CLIENT, 4)
 
 
 def test_replicas_keep_state_per_server(make_call) -> None:

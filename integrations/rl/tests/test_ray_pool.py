@@ -1,21 +1,32 @@
 """Engines as Ray actors on a local Ray cluster (CPU), each running ``agentspec serve`` on
-the tiny model: groups pinned to one engine, and an engine killed mid-rollout costing no
-sample. Run apart from the main suite (``-m ray``; scripts/test.sh does)."""
+the tiny model: groups pinned to one engine, pinned groups drafting more than the same
+groups spread, and an engine killed mid-rollout costing no sample. Run apart from the main
+suite (``-m ray``; scripts/test.sh does)."""
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+import time
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
-from agentspec_rl import EnvStep, RolloutError, SampleState, SamplingParams
+from agentspec_rl import (
+    EnvStep,
+    RolloutClient,
+    RolloutError,
+    SampleState,
+    SamplingParams,
+)
 
+from agentspec import wire
 from agentspec.engine.config import EngineSettings
 from agentspec.testing.pytest_plugin import TEST_INDEX_CONFIG
 from agentspec.testing.server import TEST_SERVER_ARGS
-from agentspec.testing.stats import session_stats
+from agentspec.testing.stats import metric_value, scrape, session_stats
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'agentspec-rl[ray]')")
 from agentspec_rl.ray_pool import EnginePool
@@ -44,8 +55,15 @@ def _pool(model_dir: Path) -> EnginePool:
     )
 
 
-def test_each_group_stays_on_one_engine(cluster: None, tiny_model_dir: Path) -> None:
-    with _pool(tiny_model_dir) as pool, pool.client("tiny", max_concurrency=8) as rollouts:
+@pytest.fixture(scope="module")
+def pool(cluster: None, tiny_model_dir: Path) -> Iterator[EnginePool]:
+    """Two engines shared by the module's tests (the cluster has room for two)."""
+    with _pool(tiny_model_dir) as engines:
+        yield engines
+
+
+def test_each_group_stays_on_one_engine(pool: EnginePool) -> None:
+    with pool.client("tiny", max_concurrency=8) as rollouts:
         groups = rollouts.generate_many(PROMPTS, n=3, sampling=SamplingParams(max_tokens=8, seed=1))
         assert not any(isinstance(g, RolloutError) for g in groups)
         used = set()
@@ -58,8 +76,63 @@ def test_each_group_stays_on_one_engine(cluster: None, tiny_model_dir: Path) -> 
         assert used == set(pool.urls)  # bounded load: the groups were spread over both engines
 
 
-def test_an_engine_killed_mid_rollout_loses_no_sample(cluster: None, tiny_model_dir: Path) -> None:
-    with _pool(tiny_model_dir) as pool, pool.client("tiny", max_concurrency=12) as rollouts:
+def _accepted_total(engines: list[str]) -> float:
+    """vLLM's own count of accepted draft tokens, all engines together, once it has settled
+    (vLLM's counters follow the responses by a moment)."""
+
+    def read() -> float:
+        return sum(metric_value(scrape(e), "vllm:spec_decode_num_accepted_tokens_total") for e in engines)
+
+    last = read()
+    for _ in range(20):
+        time.sleep(0.3)
+        if (now := read()) == last:
+            break
+        last = now
+    return last
+
+
+def test_a_pinned_group_drafts_more_than_the_same_group_spread(pool: EnginePool) -> None:
+    """The same four greedy samples of one prompt (identical outputs), one at a time: once
+    as one group through the rollout client (one engine), once spread over both engines as a
+    group-blind balancer would (each sample alone, alternating). Pinned, every sample after
+    the first drafts its siblings' text; spread, a sample finds only the siblings that ran
+    on its engine. Measured with vLLM's own spec-decode counters."""
+    engines, greedy, tag = pool.urls, SamplingParams(max_tokens=40, temperature=0), uuid.uuid4().hex[:8]
+
+    def arm(run: Callable[[], list[tuple[int, ...]]]) -> tuple[float, list[tuple[int, ...]]]:
+        # A policy update first retires every earlier output, so both arms start alike.
+        live = max(int(httpx.get(e + wire.SERVER_STATS_PATH, timeout=10).json()["engine"].get("policy_version") or 0) for e in engines)
+        with pool.client("tiny") as client:
+            client.on_weight_update(live + 1)
+        before = _accepted_total(engines)
+        outputs = run()
+        return _accepted_total(engines) - before, outputs
+
+    def pinned() -> list[tuple[int, ...]]:
+        with pool.client("tiny", max_concurrency=1) as client:
+            group = client.generate(PROMPTS[0], n=4, sampling=greedy, group_id=f"pin-{tag}")
+        assert len({s.backend for s in group.samples}) == 1
+        return [s.response_token_ids for s in group.samples]
+
+    def spread() -> list[tuple[int, ...]]:
+        outputs = []
+        for i in range(4):
+            with RolloutClient([engines[i % 2]], "tiny") as client:
+                (sample,) = client.generate(PROMPTS[0], n=1, sampling=greedy, group_id=f"spread-{tag}-{i}").samples
+            outputs.append(sample.response_token_ids)
+        return outputs
+
+    pinned_accepted, pinned_outputs = arm(pinned)
+    spread_accepted, spread_outputs = arm(spread)
+    assert pinned_outputs == spread_outputs  # the same work, token for token
+    assert pinned_accepted > spread_accepted, (pinned_accepted, spread_accepted)
+
+
+def test_an_engine_killed_mid_rollout_loses_no_sample(pool: EnginePool) -> None:
+    # Kills an engine of the shared pool: the last test of this module. (A pool of its own
+    # would wait forever for CPUs: Ray gives each engine one and the cluster has two.)
+    with pool.client("tiny", max_concurrency=12) as rollouts:
         survivor = pool.urls[1]
         killed = threading.Event()
         lock = threading.Lock()

@@ -1,5 +1,5 @@
-# Helpers for the Python 3.12 environments of scripts/test_light.sh and
-# scripts/test_openhands.sh (sourced, not run). Each environment is rebuilt from scratch
+# Helpers for the test environments of scripts/test_light.sh, scripts/test_openhands.sh and
+# scripts/test_verl.sh (sourced, not run). Each environment is rebuilt from scratch
 # only when what decides it changed (a stamp of the files that define it).
 
 # The interpreter: $AGENTSPEC_LIGHT_PYTHON, else pyenv's 3.12, else python3.12 on PATH.

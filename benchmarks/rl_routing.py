@@ -1,0 +1,84 @@
+"""RL groups on a fleet: the rollout client's pinning vs spreading a group's samples.
+
+    python benchmarks/rl_routing.py --data trajectories-dev.jsonl.gz [--sources codet,tot]
+        [--replicas 8] [--exchange] [--limit N]
+
+Each source's recorded sibling groups (GRPO-like: several samples of one prompt) are
+replayed on ``--replicas`` servers, each with the engine's own request driver and index
+(agentspec) or vLLM's suffix method, twice: routed as agentspec-rl's ``RolloutClient``
+routes them (its session-aware client's ``PinTable``: a group pinned to one server by
+rendezvous hashing with bounded load), and spread as a group-blind balancer would (each
+call anywhere). The table prints AL (output tokens per decoding step) each way and the
+ratio pinned / spread per source. ``--exchange`` lets agentspec's replicas exchange finished
+outputs (``--agentspec-exchange-dir``), which narrows what spreading costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agentspec.replay import ProposerSettings
+from agentspec.replay.baselines import VllmSuffixProposer
+from agentspec.replay.config import Routing
+from agentspec.replay.driver_proposer import DriverProposer, make_agentspec_index
+from agentspec.replay.proposer import Proposer
+from agentspec.replay.simulate import replay_source
+from agentspec.replay.tokenized import TokenCache
+
+CONCURRENCY = 8  # trajectories in flight, as in agentspec bench
+
+
+def _agentspec() -> Proposer:
+    return DriverProposer(make_agentspec_index(ProposerSettings()))
+
+
+PROPOSERS: dict[str, tuple[Callable[[], Proposer], Routing]] = {
+    "agentspec, client": (_agentspec, Routing.CLIENT),
+    "agentspec, spread": (_agentspec, Routing.SPREAD),
+    "vllm-suffix, client": (VllmSuffixProposer, Routing.CLIENT),
+    "vllm-suffix, spread": (VllmSuffixProposer, Routing.SPREAD),
+}
+
+
+def main(
+    data: Annotated[Path, typer.Option(help="Trajectories file (.jsonl[.gz]).")],
+    sources: Annotated[str, typer.Option(help="Sources with sibling samples, comma-separated.")] = "codet,tot",
+    replicas: Annotated[int, typer.Option(help="Servers in the fleet.", min=2)] = 8,
+    exchange: Annotated[bool, typer.Option(help="agentspec's replicas exchange finished outputs.")] = False,
+    limit: Annotated[int | None, typer.Option(help="Trajectories per source.")] = None,
+) -> None:
+    cache = TokenCache(data)
+    names = [s for s in sources.split(",") if s]
+    cache.ensure(names)
+    title = f"AL on {replicas} replicas: groups pinned by the rollout client vs spread{' (exchange on)' if exchange else ''}"
+    table = Table("source", "trajectories", *PROPOSERS, "agentspec client / spread", "suffix client / spread", title=title)
+    for name in names:
+        workload = cache.load(name).workload(limit, None)
+        result = replay_source(
+            name,
+            workload,
+            {label: make for label, (make, _) in PROPOSERS.items()},
+            {label: routing for label, (_, routing) in PROPOSERS.items()},
+            replicas=replicas,
+            concurrency=CONCURRENCY,
+            exchange=exchange,
+        )
+        al = {label: t.output_tokens / t.steps for label, t in result.tallies.items()}
+        table.add_row(
+            name,
+            str(len(workload)),
+            *(f"{al[label]:.3f}" for label in PROPOSERS),
+            f"{al['agentspec, client'] / al['agentspec, spread']:.2f}x",
+            f"{al['vllm-suffix, client'] / al['vllm-suffix, spread']:.2f}x",
+        )
+    Console(width=200).print(table)
+
+
+if __name__ == "__main__":
+    typer.run(main)
