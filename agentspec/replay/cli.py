@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -27,6 +28,11 @@ def _csv(text: str | None) -> tuple[str, ...] | None:
         return None
     items = tuple(p.strip() for p in text.split(",") if p.strip())
     return items or None
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: agentspec bench: {message}", err=True)
+    raise typer.Exit(2)
 
 
 def bench(
@@ -70,7 +76,10 @@ def bench(
     ] = False,
     concurrency: Annotated[int, typer.Option(help="Trajectories in flight (turns interleaved).", min=1)] = 8,
     jobs: Annotated[int, typer.Option(help="Replay sources in N parallel processes.", min=1)] = 1,
-    baseline: Annotated[str, typer.Option(help="Proposer the table's ratios refer to.")] = "vllm-suffix",
+    baseline: Annotated[
+        str | None,
+        typer.Option(help="Proposer the table's ratios refer to (default: vllm-suffix when compared, else the first)."),
+    ] = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write records as JSON here.", dir_okay=False)
     ] = None,
@@ -140,8 +149,10 @@ def bench(
             ),
             cost=CostModel(step_ms=step_ms, draft_token_ms=draft_token_ms),
         )
-    except (ValueError, ValidationError) as e:
-        raise typer.BadParameter(str(e)) from e
+    except ValidationError as e:
+        _fail("; ".join(err["msg"].removeprefix("Value error, ") for err in e.errors()))
+    except ValueError as e:
+        _fail(str(e))
 
     progress = Progress(
         TextColumn("{task.description:<24}"),
@@ -177,10 +188,15 @@ def bench(
                 on_source_done=on_done,
             )
     except (ValueError, FileNotFoundError) as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from e
+        _fail(str(e))
+    except (EOFError, OSError, zlib.error) as e:
+        # A truncated or corrupt gzip (click would turn EOFError into a bare "Aborted.").
+        _fail(f"cannot read {config.data_path()}: {e or type(e).__name__} (a truncated or corrupt file?)")
+    if not sum(result.trajectories.values()):
+        where = f" of sources {', '.join(config.sources)}" if config.sources else ""
+        _fail(f"{config.data_path()} holds no trajectories{where}")
 
-    print_report(result, console, baseline)
+    print_report(result, console, config.baseline)
     if json_path is not None:
         write_json(result, json_path)
         console.print(f"wrote {json_path}")

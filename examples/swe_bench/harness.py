@@ -754,7 +754,7 @@ def main(
         results.write_text("".join(json.dumps(r.to_json()) + "\n" for r in all_results), encoding="utf-8")
 
     table = Table(title=f"{model}: {len(tasks)} instances x {attempts} attempts")
-    for column in ("instance", "resolved", "calls", "acceptance"):
+    for column in ("instance", "resolved", "calls", "acceptance", "failed calls"):
         table.add_column(column)
     for instance in tasks:
         mine = [r for r in all_results if r.instance_id == instance.instance_id]
@@ -762,8 +762,16 @@ def main(
         accepted = sum((r.stats or {}).get("accepted_tokens", 0) for r in mine)
         rate = f"{accepted / drafted:.2f}" if drafted else "n/a"
         resolved = f"{sum(r.resolved for r in mine)}/{len(mine)}"
-        table.add_row(instance.instance_id, resolved, str(sum(r.calls for r in mine)), rate)
+        failed = sum(r.error is not None for r in mine)
+        table.add_row(
+            instance.instance_id, resolved, str(sum(r.calls for r in mine)), rate, f"[red]{failed}[/red]" if failed else "0"
+        )
     console.print(table)
+    failures = [r for r in all_results if r.error is not None]
+    if failures:
+        # The run did not measure what it was asked to: say so, and fail.
+        console.print(f"[red]{len(failures)} attempt(s) ended on a call the server refused[/red] (first: {failures[0].error})")
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":

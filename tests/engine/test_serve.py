@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,13 @@ import typer
 from typer.testing import CliRunner
 
 from agentspec.engine.config import ENV_CONFIG, EngineSettings
-from agentspec.engine.serve import MIDDLEWARE, SERVE_CONTEXT, build_command, build_env, serve
+from agentspec.engine.serve import (
+    MIDDLEWARE,
+    SERVE_CONTEXT,
+    build_command,
+    build_env,
+    serve,
+)
 
 
 def _app() -> typer.Typer:
@@ -73,3 +82,46 @@ def test_cli_exchange_dir(tmp_path: Path) -> None:
     assignment = shlex.split(result.output)[0]
     assert assignment.startswith(f"{ENV_CONFIG}=")
     assert json.loads(assignment.split("=", 1)[1])["exchange_dir"] == str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--model", "my-model", "--port", "9000"],
+        ["--port", "9000", "my-model"],
+        ["--port", "9000", "--model=my-model"],
+    ],
+    ids=["--model first", "positional last", "--model= last"],
+)
+def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
+    # vLLM's own parser reads the line, as `vllm serve` would.
+    result = CliRunner().invoke(_app(), ["serve", *args, "--agentspec-dry-run"])
+    assert result.exit_code == 0, result.output
+    command = shlex.split(result.output)
+    assert command.count("--model") == 1 and command[command.index("--model") + 1] == "my-model"
+    assert command[command.index("--port") + 1] == "9000" and "my-model" not in command[command.index("--port") :]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["m", "--agentspec-bogus", "3"], "no such option: --agentspec-bogus (agentspec's options: --agentspec-dry-run,"),
+        (["m", "--agentspec-bogus=3"], "no such option: --agentspec-bogus "),
+        (["m", "--no-such-vllm-option", "1"], "vLLM's options: unrecognized arguments: --no-such-vllm-option 1"),
+        (["m", "--max-model-len"], "vLLM's options: argument --max-model-len: expected one argument"),
+        (["--port", "8000"], "no model: give it first (agentspec serve MODEL ...) or as --model MODEL"),
+        (["a", "--model", "b"], "two models: 'a' and --model 'b'"),
+    ],
+)
+def test_bad_invocations_get_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(_app(), ["serve", *args, "--agentspec-dry-run"])
+    assert result.exit_code == 2
+    (line,) = [line for line in result.output.splitlines() if line.strip()]  # one line, no usage dump
+    assert line.startswith("error: agentspec serve: ") and message in line
+
+
+def test_version_answers_without_vllm() -> None:
+    code = "import sys; sys.modules['vllm'] = None\nfrom agentspec.cli import app\napp(['--version'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"agentspec {importlib.metadata.version('vllm-agentspec')}"

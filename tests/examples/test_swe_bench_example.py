@@ -382,3 +382,22 @@ def test_harness_end_to_end(agentspec_server: Any, one_instance: Path, tmp_path:
         assert server["calls"] == 4 and server["group_id"] == ADD.instance_id
         assert server["seeded_tokens"] > 0
         assert r["stats"]["calls"] == 4 and r["stats"]["seeded_tokens"] == server["seeded_tokens"]
+
+
+@pytest.mark.server
+def test_a_refused_call_fails_the_run_and_is_flagged(agentspec_server: Any, tmp_path: Path) -> None:
+    # A problem statement longer than the tiny model's context (2048 tokens): vLLM refuses
+    # the first call. The run reports it, marks it in its table and exits non-zero.
+    too_long = dataclasses.replace(ADD, problem_statement="The sum is wrong. " * 1500)
+    path = tmp_path / "instances.jsonl"
+    path.write_text(json.dumps(dataclasses.asdict(too_long)) + "\n")
+    args = [
+        "--base-url", agentspec_server.url, "--model", agentspec_server.model, "--instances", str(path),
+        "--attempts", "1", "--max-turns", "1", "--repairs", "0", "--max-tokens", "8",
+    ]  # fmt: skip
+    outcome = CliRunner().invoke(harness.app, args, env={"COLUMNS": "200"})
+    assert outcome.exit_code == 1, outcome.output
+    assert "1 attempt(s) ended on a call the server refused" in outcome.output
+    assert "context" in outcome.output.lower()
+    row = next(line for line in outcome.output.splitlines() if ADD.instance_id in line and "│" in line)
+    assert row.rstrip(" │").endswith("1")  # the "failed calls" column

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -116,3 +117,37 @@ def test_bench_rejects_bad_options(app: typer.Typer, tmp_path: Path) -> None:
     assert result.exit_code != 0 and "unknown proposer" in result.output
     result = CliRunner().invoke(app, ["bench", "--seed-dropped", "--cache-dir", str(tmp_path), "-q"])
     assert result.exit_code != 0 and "give a window too" in result.output
+
+
+def _bundled_bytes() -> bytes:
+    from agentspec.replay.config import bundled_data
+
+    return bundled_data().read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("make", "args", "message"),
+    [
+        (lambda p: p.write_bytes(_bundled_bytes()[:2000]), [], "(a truncated or corrupt file?)"),
+        (lambda p: p.write_bytes(b""), [], "holds no trajectories"),
+        (lambda p: p.write_bytes(_bundled_bytes()), ["--sources", "nope"], "nope"),
+        (lambda p: p.write_bytes(_bundled_bytes()), ["--baseline", "nope"], "baseline 'nope' is not among the proposers run"),
+    ],
+    ids=["truncated gzip", "empty file", "unknown source", "unknown baseline"],
+)
+def test_bad_input_gets_one_clear_line_and_a_non_zero_exit(
+    app: typer.Typer, tmp_path: Path, make: Any, args: list[str], message: str
+) -> None:
+    data = tmp_path / "data.jsonl.gz"
+    make(data)
+    result = CliRunner().invoke(
+        app, ["bench", "--data", str(data), "--cache-dir", str(tmp_path / "cache"), "-q", *args], env={"COLUMNS": "300"}
+    )
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: agentspec bench: ") and message in lines[0], result.output
+
+
+def test_the_baseline_defaults_to_a_proposer_that_runs(app: typer.Typer, tmp_path: Path) -> None:
+    result = run(app, tmp_path, "--proposers", "none,agentspec", "--limit", "2")
+    assert "vs none" in result.output.replace("\n", " ")
