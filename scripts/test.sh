@@ -2,7 +2,8 @@
 # Set up the environment (first run: several minutes) and run the whole test suite, then
 # the base install's check in its own light environment (scripts/test_light.sh), the
 # OpenHands package's tests in their Python 3.12 environment (scripts/test_openhands.sh) and
-# the verl adapter's in verl's own environment (scripts/test_verl.sh).
+# the verl adapter's in verl's own environment (scripts/test_verl.sh); it also builds the
+# documentation site strictly (scripts/build_docs.sh).
 # Extra arguments go to pytest and run the main suite only, e.g. `scripts/test.sh tests/core -x`.
 # Exits non-zero when either run fails.
 set -euo pipefail
@@ -19,6 +20,7 @@ status=0
 if [ "$#" -eq 0 ]; then
   # Engines as Ray actors: apart, once the main run's servers have stopped.
   .venv/bin/python -m pytest -m ray integrations/rl/tests || status=$?
+  scripts/build_docs.sh || status=$?
   scripts/test_light.sh || status=$?
   scripts/test_openhands.sh || status=$?
   scripts/test_verl.sh || status=$?

@@ -1,0 +1,146 @@
+"""mkdocs hooks: the site's pages that are made at build time from the repository itself,
+so they stay in step with the code (mkdocs.yml names this file).
+
+- ``index.md``: the README;
+- ``integrations/<name>.md``: each integration package's README;
+- ``changelog.md``: CHANGELOG.md;
+- ``cli.md``: the command-line reference, generated from the CLI (typer's docs generator);
+- ``report.md`` and ``replay-al.png``: ``agentspec bench`` on the bundled slice, run now
+  (or read from the folder named by ``AGENTSPEC_DOCS_REPORT``: replay.json and al.png).
+
+Links written for the repository (``docs/wire.md``, ``../../README.md``) are rewritten to
+the site's pages; a link to a file that is not a page (an example script) becomes its path
+in code type, so ``mkdocs build --strict`` finds no broken link.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+ROOT = Path(__file__).resolve().parent.parent
+INTEGRATIONS = ("langchain", "openhands", "rl")
+_LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)")
+
+# Site page -> the repository folder its Markdown was written in (for its relative links).
+_SOURCES: dict[str, str] = {"index.md": "", "changelog.md": ""} | {
+    f"integrations/{name}.md": f"integrations/{name}" for name in INTEGRATIONS
+}
+
+
+#: Repository files shown as site pages (besides docs/*.md, which keep their names).
+_PAGES_OF: dict[str, str] = {"README.md": "index.md", "CHANGELOG.md": "changelog.md"} | {
+    f"integrations/{name}/README.md": f"integrations/{name}.md" for name in INTEGRATIONS
+}
+
+
+def _site_page(repo_path: str) -> str | None:
+    """The site page that shows the repository file ``repo_path``, if any."""
+    if repo_path.startswith("docs/") and repo_path.endswith(".md"):
+        return repo_path.removeprefix("docs/")
+    return _PAGES_OF.get(repo_path)
+
+
+def rewrite_links(markdown: str, page: str, source_dir: str) -> str:
+    """Relative links of ``markdown`` (written in the repository folder ``source_dir``) as
+    links between the site's pages, seen from ``page``."""
+
+    def fix(match: re.Match[str]) -> str:
+        text, target = match.groups()
+        if re.match(r"^[a-z]+:|^#|^/", target):
+            return match.group(0)
+        path, _, anchor = target.partition("#")
+        repo_path = posixpath.normpath(posixpath.join(source_dir, path))
+        site = _site_page(repo_path)
+        if site is None:
+            return f"{text} (`{repo_path}`)"
+        relative = posixpath.relpath(site, posixpath.dirname(page) or ".")
+        return f"[{text}]({relative}{'#' + anchor if anchor else ''})"
+
+    return _LINK.sub(fix, markdown)
+
+
+def _cli_reference() -> str:
+    import typer
+    from typer.cli import get_docs_for_click
+
+    from agentspec.cli import app
+
+    command = typer.main.get_command(app)
+    ctx = command.make_context("agentspec", [], resilient_parsing=True)
+    body = get_docs_for_click(obj=command, ctx=ctx, name="agentspec")
+    return "# Command-line reference\n\nGenerated from the `agentspec` command itself.\n\n" + body.replace(
+        "# `agentspec`", "## `agentspec`", 1
+    )
+
+
+def _report(folder: Path) -> tuple[str, bytes]:
+    """The benchmark report page and its plot, from ``agentspec bench``'s outputs."""
+    result = json.loads((folder / "replay.json").read_text())
+    settings = result["settings"]
+    baseline = settings["baseline"]
+    proposers = settings["proposers"]
+    rows = {}
+    for record in result["records"]:
+        rows.setdefault(record["source"], {})[record["proposer"]] = record
+    lines = [
+        "# Benchmark report",
+        "",
+        "Made when this site was built, by `agentspec bench --plot` on the slice of recorded",
+        "trajectories bundled with the package (the same code the server runs; see",
+        "[the benchmark](bench.md) for what is measured). AL is output tokens per decoding",
+        f"step; the last column is agentspec's AL over {baseline}'s on the same calls.",
+        "",
+        "![AL by source](replay-al.png)",
+        "",
+        "| source | trajectories | " + " | ".join(proposers) + f" | agentspec / {baseline} |",
+        "|---" * (len(proposers) + 3) + "|",
+    ]
+    for source, by in rows.items():
+        count = settings["trajectories"].get(source, sum(settings["trajectories"].values()))
+        ratio = by.get("agentspec", {}).get("al_vs_baseline")
+        cells = [f"{by[p]['al']:.2f}" if p in by else "" for p in proposers]
+        cells.append(f"{ratio:.2f}×" if ratio else "")
+        lines.append(f"| {source} | {count} | " + " | ".join(cells) + " |")
+    lines += ["", f"Replayed in {settings['wall_s']:.1f} s."]
+    return "\n".join(lines) + "\n", (folder / "al.png").read_bytes()
+
+
+def _run_bench(folder: Path) -> None:
+    command = [sys.executable, "-m", "agentspec.cli", "bench", "--quiet", "--json", str(folder / "replay.json")]
+    subprocess.run([*command, "--plot", str(folder / "al.png")], check=True, stdout=subprocess.DEVNULL)
+
+
+def on_files(files: Files, config: Any) -> Files:
+    pages = {
+        "index.md": (ROOT / "README.md").read_text(),
+        "changelog.md": (ROOT / "CHANGELOG.md").read_text(),
+        "cli.md": _cli_reference(),
+    }
+    for name in INTEGRATIONS:
+        pages[f"integrations/{name}.md"] = (ROOT / "integrations" / name / "README.md").read_text()
+    given = os.environ.get("AGENTSPEC_DOCS_REPORT")
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(given) if given else Path(scratch)
+        if not (folder / "replay.json").exists():
+            _run_bench(folder)
+        pages["report.md"], plot = _report(folder)
+    for path, content in pages.items():
+        files.append(File.generated(config, path, content=content))
+    files.append(File.generated(config, "replay-al.png", content=plot))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
+    path = page.file.src_uri
+    source_dir = _SOURCES.get(path, "docs")
+    return rewrite_links(markdown, path, source_dir)

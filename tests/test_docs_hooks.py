@@ -1,0 +1,37 @@
+"""The docs site's link rewriting (scripts/mkdocs_hooks.py): links written for the
+repository become links between the site's pages. The whole site is built strictly by
+scripts/build_docs.sh."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mkdocs", reason="the docs extra is not installed")
+_spec = importlib.util.spec_from_file_location("mkdocs_hooks", Path(__file__).parents[1] / "scripts" / "mkdocs_hooks.py")
+assert _spec is not None and _spec.loader is not None
+hooks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(hooks)
+
+
+@pytest.mark.parametrize(
+    ("markdown", "page", "source_dir", "expected"),
+    [
+        ("see [wire](docs/wire.md#seeds)", "index.md", "", "see [wire](wire.md#seeds)"),
+        ("[rl](integrations/rl/README.md)", "index.md", "", "[rl](integrations/rl.md)"),
+        ("[home](../../README.md)", "integrations/rl.md", "integrations/rl", "[home](../index.md)"),
+        ("[wire](../../docs/wire.md#policy)", "integrations/rl.md", "integrations/rl", "[wire](../wire.md#policy)"),
+        ("[pkg](../integrations/rl/README.md#measured)", "rl.md", "docs", "[pkg](integrations/rl.md#measured)"),
+        ("[script](examples/rl/verl_agent_loop.py)", "index.md", "", "script (`examples/rl/verl_agent_loop.py`)"),
+        ("[out](https://x.org/a.md) [here](#top) ![img](a.png)", "faq.md", "docs", "[out](https://x.org/a.md) [here](#top) ![img](a.png)"),
+    ],
+)
+def test_repository_links_become_site_links(markdown: str, page: str, source_dir: str, expected: str) -> None:
+    assert hooks.rewrite_links(markdown, page, source_dir) == expected
+
+
+def test_the_cli_reference_comes_from_the_cli() -> None:
+    text = hooks._cli_reference()
+    assert "## `agentspec serve`" in text and "--agentspec-exchange-dir" in text and "--version" in text
