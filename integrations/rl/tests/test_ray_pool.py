@@ -1,6 +1,7 @@
 """Engines as Ray actors on a local Ray cluster (CPU), each running ``agentspec serve`` on
 the tiny model: groups pinned to one engine, pinned groups drafting more than the same
-groups spread, and an engine killed mid-rollout costing no sample. Run apart from the main
+groups spread, a weight update retiring the old policy's drafts (statistics by version),
+and an engine killed mid-rollout costing no sample. Run apart from the main
 suite (``-m ray``; scripts/test.sh does)."""
 
 from __future__ import annotations
@@ -102,9 +103,8 @@ def test_a_pinned_group_drafts_more_than_the_same_group_spread(pool: EnginePool)
 
     def arm(run: Callable[[], list[tuple[int, ...]]]) -> tuple[float, list[tuple[int, ...]]]:
         # A policy update first retires every earlier output, so both arms start alike.
-        live = max(int(httpx.get(e + wire.SERVER_STATS_PATH, timeout=10).json()["engine"].get("policy_version") or 0) for e in engines)
         with pool.client("tiny") as client:
-            client.on_weight_update(live + 1)
+            client.on_weight_update(max(_live(e) for e in engines) + 1)
         before = _accepted_total(engines)
         outputs = run()
         return _accepted_total(engines) - before, outputs
@@ -128,6 +128,42 @@ def test_a_pinned_group_drafts_more_than_the_same_group_spread(pool: EnginePool)
     assert pinned_outputs == spread_outputs  # the same work, token for token
     assert pinned_accepted > spread_accepted, (pinned_accepted, spread_accepted)
 
+
+def _live(base: str) -> int:
+    return int(httpx.get(base + wire.SERVER_STATS_PATH, timeout=10).json()["engine"].get("policy_version") or 0)
+
+
+def test_a_weight_update_retires_the_old_policys_drafts_by_version(pool: EnginePool) -> None:
+    """Greedy samples, one at a time, on one engine: an epoch under version v, then the same
+    prompt under v+1 with v's outputs kept, then under v+2 with them retired. The sessions'
+    statistics by version show which policy each ran under, and the kept epoch drafting more."""
+    engine, greedy, tag = pool.urls[0], SamplingParams(max_tokens=40, temperature=0), uuid.uuid4().hex[:8]
+    version = _live(engine) + 1
+    with RolloutClient([engine], "tiny", max_concurrency=1) as client:
+        client.on_weight_update(version)
+        first = client.generate(PROMPTS[0], n=2, sampling=greedy, group_id=f"ep1-{tag}")
+        client.on_weight_update(version + 1, keep_old_outputs=True)
+        (kept,) = client.generate(PROMPTS[0], n=1, sampling=greedy, group_id=f"ep2-{tag}").samples
+        retired_before = httpx.get(engine + wire.SERVER_STATS_PATH, timeout=10).json()["engine"]["retired_output_tokens_total"]
+        client.on_weight_update(version + 2)
+        (fresh,) = client.generate(PROMPTS[0], n=1, sampling=greedy, group_id=f"ep3-{tag}").samples
+    assert first.samples[1].policy_version == version and kept.policy_version == version + 1
+    sibling, copy, alone = (session_stats(engine, s.session_id) for s in (first.samples[1], kept, fresh))
+    assert sibling is not None and copy is not None and alone is not None
+    # A sibling drafts the first sample's output (at the group or the global level: both hold it).
+    by_level = sibling["accepted_tokens_by_level"]
+    assert sibling["policy_version"] == version and by_level.get("group", 0) + by_level.get("global", 0) > 0
+    assert sibling["accepted_tokens_by_policy_version"] == {str(version): sibling["accepted_tokens"]}
+    # Kept: the previous version's outputs draft the new epoch (a copy of the same greedy text).
+    assert copy["policy_version"] == version + 1
+    assert copy["accepted_tokens_by_policy_version"] == {str(version + 1): copy["accepted_tokens"]}
+    # Retired: nothing of the older versions drafts any more (nor the other engine's
+    # exchanged outputs of them): the sample drafts only from what it writes itself.
+    assert alone["policy_version"] == version + 2
+    assert alone["accepted_tokens_by_policy_version"] == {str(version + 2): alone["accepted_tokens"]}
+    assert alone["accepted_tokens"] < copy["accepted_tokens"]
+    engine_stats = httpx.get(engine + wire.SERVER_STATS_PATH, timeout=10).json()["engine"]
+    assert engine_stats["retired_output_tokens_total"] > retired_before
 
 def test_an_engine_killed_mid_rollout_loses_no_sample(pool: EnginePool) -> None:
     # Kills an engine of the shared pool: the last test of this module. (A pool of its own

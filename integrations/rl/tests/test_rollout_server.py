@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import anyio
@@ -131,40 +130,3 @@ def test_a_weight_update_reaches_every_engine(engines: list[str]) -> None:
             anyio.run(anyio.sleep, 0.2)
             deadline -= 1
         assert live(engine) == start + 1
-
-
-def _live(base: str) -> int:
-    return int(httpx.get(base + wire.SERVER_STATS_PATH, timeout=10).json()["engine"].get("policy_version") or 0)
-
-
-def test_a_weight_update_retires_the_old_policys_drafts_by_version(engines: list[str]) -> None:
-    """Greedy samples, one at a time, on one engine: an epoch under version v, then the same
-    prompt under v+1 with v's outputs kept, then under v+2 with them retired. The sessions'
-    statistics by version show which policy each ran under, and the kept epoch drafting more."""
-    engine, greedy, tag = engines[0], SamplingParams(max_tokens=40, temperature=0), uuid.uuid4().hex[:8]
-    version = _live(engine) + 1
-    with RolloutClient([engine], "tiny", max_concurrency=1) as client:
-        client.on_weight_update(version)
-        first = client.generate(PROMPT, n=2, sampling=greedy, group_id=f"ep1-{tag}")
-        client.on_weight_update(version + 1, keep_old_outputs=True)
-        (kept,) = client.generate(PROMPT, n=1, sampling=greedy, group_id=f"ep2-{tag}").samples
-        retired_before = httpx.get(engine + wire.SERVER_STATS_PATH, timeout=10).json()["engine"]["retired_output_tokens_total"]
-        client.on_weight_update(version + 2)
-        (fresh,) = client.generate(PROMPT, n=1, sampling=greedy, group_id=f"ep3-{tag}").samples
-    assert first.samples[1].policy_version == version and kept.policy_version == version + 1
-    sibling, copy, alone = (session_stats(engine, s.session_id) for s in (first.samples[1], kept, fresh))
-    assert sibling is not None and copy is not None and alone is not None
-    # A sibling drafts the first sample's output (at the group or the global level: both hold it).
-    by_level = sibling["accepted_tokens_by_level"]
-    assert sibling["policy_version"] == version and by_level.get("group", 0) + by_level.get("global", 0) > 0
-    assert sibling["accepted_tokens_by_policy_version"] == {str(version): sibling["accepted_tokens"]}
-    # Kept: the previous version's outputs draft the new epoch (a copy of the same greedy text).
-    assert copy["policy_version"] == version + 1
-    assert copy["accepted_tokens_by_policy_version"] == {str(version + 1): copy["accepted_tokens"]}
-    # Retired: nothing of the older versions drafts any more (nor the other engine's
-    # exchanged outputs of them): the sample drafts only from what it writes itself.
-    assert alone["policy_version"] == version + 2
-    assert alone["accepted_tokens_by_policy_version"] == {str(version + 2): alone["accepted_tokens"]}
-    assert alone["accepted_tokens"] < copy["accepted_tokens"]
-    engine_stats = httpx.get(engine + wire.SERVER_STATS_PATH, timeout=10).json()["engine"]
-    assert engine_stats["retired_output_tokens_total"] > retired_before
