@@ -11,7 +11,9 @@ result is an error, the failed call is sent to the conversation's session as a
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict
+from typing import Any
 
 from openhands.sdk import LLM
 from openhands.sdk.event import ActionEvent, AgentErrorEvent, Event, ObservationEvent
@@ -58,9 +60,13 @@ class RepairSeeder:
         self.conversation_id = str(conversation_id)
         self.failed_calls = 0
         self._poster = SeedPoster(timeout_s=timeout_s)
-        self._open: OrderedDict[str, str] = (
-            OrderedDict()
-        )  # tool_call_id -> the call's text
+        # tool_call_id -> the call's text, for calls whose result has not come yet
+        self._open: OrderedDict[str, str] = OrderedDict()
+        # tool_call_ids of failed results that came before their call: OpenHands may run
+        # tools in a pool, and a result can reach the callbacks first.
+        self._early: OrderedDict[str, None] = OrderedDict()
+        # Callbacks may come from OpenHands' threads.
+        self._lock = threading.Lock()
 
     @property
     def seeded_tokens(self) -> int:
@@ -68,15 +74,31 @@ class RepairSeeder:
         return self._poster.delivered_tokens
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, ActionEvent):
-            self._open[event.tool_call_id] = tool_call_text(event.tool_call)
-            while len(self._open) > MAX_OPEN_CALLS:
-                self._open.popitem(last=False)
-        elif isinstance(event, ObservationEvent | AgentErrorEvent):
-            call = self._open.pop(event.tool_call_id, None)
-            if call is not None and failed(event):
+        text = None
+        with self._lock:
+            if isinstance(event, ActionEvent):
+                call = tool_call_text(event.tool_call)
+                if event.tool_call_id in self._early:  # its failed result came first
+                    del self._early[event.tool_call_id]
+                    text = call
+                else:
+                    _bounded_put(self._open, event.tool_call_id, call)
+            elif isinstance(event, ObservationEvent | AgentErrorEvent) and failed(event):
+                text = self._open.pop(event.tool_call_id, None)
+                if text is None:
+                    _bounded_put(self._early, event.tool_call_id, None)
+            elif isinstance(event, ObservationEvent | AgentErrorEvent):
+                self._open.pop(event.tool_call_id, None)
+            if text is not None:
                 self.failed_calls += 1
-                seed = Seed.of(call, kind="repair_attempt")
-                self._poster.send(
-                    self.llm, self.conversation_id, [seed], group_id=group_of(self.llm)
-                )
+        if text is not None:
+            seed = Seed.of(text, kind="repair_attempt")
+            self._poster.send(
+                self.llm, self.conversation_id, [seed], group_id=group_of(self.llm)
+            )
+
+
+def _bounded_put(table: OrderedDict[str, Any], key: str, value: Any) -> None:
+    table[key] = value
+    while len(table) > MAX_OPEN_CALLS:
+        table.popitem(last=False)

@@ -236,6 +236,16 @@ def test_repair_hook_seeds_failed_calls_only(stub: StubServer) -> None:
     assert hook.seeded_tokens == state.seeded_tokens_by_kind["repair_attempt"] > 0
 
 
+def test_a_failed_result_before_its_call_is_still_seeded(stub: StubServer) -> None:
+    # OpenHands may run tools in a pool: a result can reach the callbacks before its call.
+    hook = RepairSeeder(agentspec_llm(stub.url, "tiny", group_id="task-4"), "conv-4")
+    bad, ok = action("c1", "cat missing.txt"), action("c2", "ls")
+    for event in (result(bad, 1), result(ok, 0), bad, ok):
+        hook(event)
+    assert hook.failed_calls == 1
+    assert [s["text"] for s in stub.sessions["conv-4"].seeds] == [tool_call_text(bad.tool_call)]
+
+
 # ---------------------------------------------------------------------------- delivery
 
 
