@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from codeact_harness import FAILING, CodeAct, wait_stats
 from openhands.sdk.context.condenser import LLMSummarizingCondenser
-from openhands.sdk.event import Condensation
+from openhands.sdk.event import AgentErrorEvent, Condensation, ObservationEvent
 from openhands_agentspec import conversation_stats
+from openhands_agentspec.repair import failed
 
 pytestmark = pytest.mark.server
 
@@ -67,12 +68,20 @@ def test_a_failed_command_is_seeded_as_a_repair_attempt(
     task = codeact.task("oh-task-repair", command=FAILING)
     attempt, run = codeact.run(task, steps=4)
     assert len(run.actions) == 4
+    results = [e for e in run.events if isinstance(e, ObservationEvent | AgentErrorEvent)]
+    assert len(results) == 4
+    # Every command is a `cat` of a missing file (exit code 1), but OpenHands' terminal
+    # may report a command's exit code as unknown (-1: its prompt markers were not read
+    # back in time), and the hook only seeds calls that are known to have failed.
+    failures = [e for e in results if failed(e)]
+    exit_codes = [getattr(getattr(e, "observation", None), "exit_code", None) for e in results]
+    assert len(failures) >= 2, f"exit codes: {exit_codes}"
     # The seeder is a conversation callback, and each seed is a request to the server:
     # OpenHands may still be running the last one when the run returns.
     deadline = time.monotonic() + 30
-    while attempt.repair.failed_calls < 4 and time.monotonic() < deadline:
+    while attempt.repair.failed_calls < len(failures) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert attempt.repair.failed_calls == 4
+    assert attempt.repair.failed_calls == len(failures), f"exit codes: {exit_codes}"
     sid = str(attempt.conversation_id)
     stats = wait_stats(agentspec_server.url, sid, lambda s: s["calls"] >= 4)
     assert stats["seeded_tokens_by_kind"] == {
