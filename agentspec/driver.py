@@ -18,7 +18,7 @@ Like the index it imports nothing of vLLM, HTTP or a framework, and is single-th
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +28,9 @@ from agentspec.budget import BatchBudget
 from agentspec.errors import DraftIndexError
 from agentspec.index import CallStart, Draft, DraftIndex
 from agentspec.wire import SeedKind, SeedScope
+
+#: Per-draft distributions a driver keeps (see :class:`RequestDriver`).
+DISTRIBUTIONS = ("draft_length", "accepted_tokens_per_draft")
 
 __all__ = ["RequestDriver", "RequestSpec", "SeedOutcome", "TokenSeed"]
 
@@ -100,7 +103,10 @@ class RequestDriver:
     """Drives one :class:`~agentspec.index.DraftIndex` for a stream of requests.
 
     ``budget`` limits draft length by batch size (:meth:`budget_for`); ``counters`` add up
-    what the engine publishes (``calls_started_total``, ``seeded_tokens_total``, ...).
+    what the engine publishes (``calls_started_total``, ``seeded_tokens_total``, ...), and
+    ``distributions`` count exact values per draft (``draft_length``: tokens proposed,
+    zero when nothing matched; ``accepted_tokens_per_draft``: tokens the target accepted
+    of a non-empty draft).
     Errors of the index (:class:`~agentspec.errors.DraftIndexError`) propagate: the caller
     decides whether to :meth:`disable` the request.
     """
@@ -109,6 +115,7 @@ class RequestDriver:
         self.index = index
         self.budget = budget
         self.counters: dict[str, float] = {}
+        self.distributions: dict[str, Counter[int]] = {name: Counter() for name in DISTRIBUTIONS}
         self._requests: dict[str, _Request] = {}
         #: The live policy version (None until one is announced).
         self.policy_version: int | None = None
@@ -213,7 +220,9 @@ class RequestDriver:
         if req.disabled or not req.last_draft_len:
             return
         drafted = req.last_draft_len
-        self.index.record_verification(req_id, drafted, max(0, min(accepted, drafted)))
+        accepted = max(0, min(accepted, drafted))
+        self.index.record_verification(req_id, drafted, accepted)
+        self.distributions["accepted_tokens_per_draft"][accepted] += 1
 
     def advance(self, req_id: str, emitted: Iterable[int]) -> None:
         """The tokens one step emitted (accepted draft tokens and the bonus token)."""
@@ -241,6 +250,7 @@ class RequestDriver:
             return None
         draft = self.index.propose(req_id, max_tokens)
         req.last_draft_len = len(draft.token_ids)
+        self.distributions["draft_length"][req.last_draft_len] += 1
         return draft
 
     def disable(self, req_id: str) -> None:

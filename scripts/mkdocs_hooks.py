@@ -5,6 +5,7 @@ so they stay in step with the code (mkdocs.yml names this file).
 - ``integrations/<name>.md``: each integration package's README;
 - ``changelog.md``: CHANGELOG.md;
 - ``cli.md``: the command-line reference, generated from the CLI (typer's docs generator);
+- the table of Prometheus series in ``metrics.md``, from ``agentspec.engine.prometheus.SERIES``;
 - ``report.md`` and ``replay-al.png``: ``agentspec bench`` on the bundled slice, run now
   (or read from the folder named by ``AGENTSPEC_DOCS_REPORT``: replay.json and al.png).
 
@@ -44,8 +45,9 @@ _PAGES_OF: dict[str, str] = {"README.md": "index.md", "CHANGELOG.md": "changelog
 
 
 def _site_page(repo_path: str) -> str | None:
-    """The site page that shows the repository file ``repo_path``, if any."""
-    if repo_path.startswith("docs/") and repo_path.endswith(".md"):
+    """The site page (or file the site serves) that shows the repository file
+    ``repo_path``, if any."""
+    if repo_path.startswith("docs/") and (repo_path.endswith(".md") or (ROOT / repo_path).is_file()):
         return repo_path.removeprefix("docs/")
     return _PAGES_OF.get(repo_path)
 
@@ -81,6 +83,22 @@ def _cli_reference() -> str:
     return "# Command-line reference\n\nGenerated from the `agentspec` command itself.\n\n" + body.replace(
         "# `agentspec`", "## `agentspec`", 1
     )
+
+
+#: Where metrics.md wants the table of series.
+SERIES_MARKER = "<!-- agentspec:series -->"
+
+
+def series_table() -> str:
+    """The Markdown table of every agentspec Prometheus series."""
+    from agentspec.engine.prometheus import LABELS, SERIES
+
+    every = " and ".join(f"`{label}`" for label in LABELS)
+    lines = [f"| series | kind | labels besides {every} | meaning |", "|---|---|---|---|"]
+    for series in SERIES:
+        labels = ", ".join(f"`{label}`" for label in series.labels)
+        lines.append(f"| `{series.exposed_name}` | {series.kind} | {labels} | {series.help} |")
+    return "\n".join(lines)
 
 
 def _report(folder: Path) -> tuple[str, bytes]:
@@ -143,4 +161,8 @@ def on_files(files: Files, config: Any) -> Files:
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
     path = page.file.src_uri
     source_dir = _SOURCES.get(path, "docs")
+    if path == "metrics.md":
+        if SERIES_MARKER not in markdown:
+            raise ValueError(f"metrics.md lost its {SERIES_MARKER} marker")
+        markdown = markdown.replace(SERIES_MARKER, series_table())
     return rewrite_links(markdown, path, source_dir)

@@ -25,6 +25,7 @@ _spec.loader.exec_module(hooks)
         ("[wire](../../docs/wire.md#policy)", "integrations/rl.md", "integrations/rl", "[wire](../wire.md#policy)"),
         ("[pkg](../integrations/rl/README.md#measured)", "rl.md", "docs", "[pkg](integrations/rl.md#measured)"),
         ("[script](examples/rl/verl_agent_loop.py)", "index.md", "", "script (`examples/rl/verl_agent_loop.py`)"),
+        ("[json](grafana/agentspec.json)", "metrics.md", "docs", "[json](grafana/agentspec.json)"),
         ("[out](https://x.org/a.md) [here](#top) ![img](a.png)", "faq.md", "docs", "[out](https://x.org/a.md) [here](#top) ![img](a.png)"),
     ],
 )
@@ -35,3 +36,15 @@ def test_repository_links_become_site_links(markdown: str, page: str, source_dir
 def test_the_cli_reference_comes_from_the_cli() -> None:
     text = hooks._cli_reference()
     assert "## `agentspec serve`" in text and "--agentspec-exchange-dir" in text and "--version" in text
+
+
+def test_the_metrics_page_lists_every_series() -> None:
+    from agentspec.engine.prometheus import SERIES
+
+    table = hooks.series_table()
+    assert hooks.SERIES_MARKER in (Path(__file__).parents[1] / "docs" / "metrics.md").read_text()
+    for series in SERIES:
+        assert f"| `{series.exposed_name}` | {series.kind} |" in table
+    assert "labels besides `model_name` and `engine`" in table
+    assert "| `agentspec_drafts_total` | counter | `level` |" in table
+    assert "`agentspec_draft_length` | histogram |  |" in table

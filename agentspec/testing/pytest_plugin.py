@@ -16,7 +16,8 @@ pytest run each kind of server starts at most once). Fixtures:
   tenants (``share_across_tenants``), the other isolates them (the default);
 - ``plain_server``: plain vLLM on the same model without speculation, the reference for
   losslessness;
-- ``agentspec_secured_server``: ``agentspec serve`` with API keys (``SECURED_API_KEYS``).
+- ``agentspec_secured_server``: ``agentspec serve`` with API keys (``SECURED_API_KEYS``) and two
+  API servers (``--api-server-count 2``: Prometheus multiprocess mode).
 
 Servers start only when a collected test asks for them; those named by the collected tests
 start concurrently. Without vLLM installed (the base install, or only the ``test`` extra),
@@ -130,7 +131,9 @@ class _Servers:
         elif kind == "secured":
             # One option, several values (a repeated option replaces). Scale-out on: vLLM's
             # /inference/v1/generate is a route agentspec's middleware does not rewrite.
-            keys = ["--api-key", *SECURED_API_KEYS, "--enable-scale-out"]
+            # Two API servers, as a production deployment runs them: each has the
+            # middleware, and /metrics is in Prometheus multiprocess mode.
+            keys = ["--api-key", *SECURED_API_KEYS, "--enable-scale-out", "--api-server-count", "2"]
             settings = EngineSettings(index=TEST_INDEX_CONFIG)
             server = VLLMServer.launch(
                 self.model_dir,
@@ -205,5 +208,6 @@ def plain_server(_vllm_servers: _Servers):
 @pytest.fixture(scope="session")
 def agentspec_secured_server(_vllm_servers: _Servers):
     """``agentspec serve`` on the tiny model with the API keys :data:`SECURED_API_KEYS`:
-    requests must send ``Authorization: Bearer <key>``."""
+    requests must send ``Authorization: Bearer <key>``. It runs two API servers
+    (``--api-server-count 2``)."""
     return _vllm_servers.get("secured")

@@ -43,7 +43,11 @@ def _proposer(exchange_dir: Path, worker_name: str, *, exchange_ok: bool = True,
         suffix_decoding_max_spec_factor=1.0,
         suffix_decoding_min_token_prob=0.1,
     )
-    config = SimpleNamespace(speculative_config=spec, model_config=SimpleNamespace(max_model_len=4096))
+    config = SimpleNamespace(
+        speculative_config=spec,
+        model_config=SimpleNamespace(max_model_len=4096, served_model_name="m"),
+        parallel_config=SimpleNamespace(data_parallel_rank=0),
+    )
     settings = EngineSettings(exchange_dir=str(exchange_dir), exchange_interval_s=0.5, share_across_tenants=share)
     proposer = proposer_mod.AgentspecProposer(config, settings)  # type: ignore[arg-type]
     proposer.bind(publish=False, worker_name=worker_name, exchange_ok=exchange_ok)

@@ -33,7 +33,11 @@ def _proposer(state_dir: Path):
         suffix_decoding_max_spec_factor=1.0,
         suffix_decoding_min_token_prob=0.1,
     )
-    config = SimpleNamespace(speculative_config=spec, model_config=SimpleNamespace(max_model_len=4096))
+    config = SimpleNamespace(
+        speculative_config=spec,
+        model_config=SimpleNamespace(max_model_len=4096, served_model_name="m"),
+        parallel_config=SimpleNamespace(data_parallel_rank=0),
+    )
     settings = EngineSettings(state_dir=str(state_dir), publish_interval_s=0.2)
     return proposer_mod.AgentspecProposer(config, settings)  # type: ignore[arg-type]
 
