@@ -14,12 +14,31 @@ full drafts up to ``B_full`` (default 8), halving per doubling of the batch, non
 ``B_off`` (default 64). With ``B_off`` at 64, a k=32 budget is 16 at 9–16 requests, 8 at
 17–32 and 4 at 33–64. The rule is deliberately simple and monotone; a profile-driven
 rule (measured step time vs. tokens) can replace :meth:`BatchBudget.tokens_for` without
-touching the driver (:mod:`agentspec.driver`) that applies it.
+touching the driver (:mod:`agentspec.driver`) that applies it: any :class:`DraftBudget`
+does, such as :class:`agentspec.model_budget.ModelBudget`, which chooses caps with a speed
+model of the engine.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class DraftBudget(Protocol):
+    """Draft tokens per request by batch size, told how drafts and steps went."""
+
+    @property
+    def max_tokens(self) -> int: ...
+
+    def tokens_for(self, batch_size: int) -> int: ...
+
+    def observe_draft(self, cap: int, drafted: int, accepted: int) -> None:
+        """A draft asked with ``cap`` tokens proposed ``drafted`` and kept ``accepted``."""
+
+    def observe_step(self, batch_size: int, context_tokens: float, drafter_s: float, drafting: bool) -> None:
+        """A step of ``batch_size`` requests at a mean ``context_tokens``, whose drafter
+        took ``drafter_s`` per request."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +66,9 @@ class BatchBudget:
         while self.full_batch << halvings < batch_size:
             halvings += 1
         return max(1, self.max_tokens >> halvings) if self.max_tokens else 0
+
+    def observe_draft(self, cap: int, drafted: int, accepted: int) -> None:
+        """The fixed rule learns nothing."""
+
+    def observe_step(self, batch_size: int, context_tokens: float, drafter_s: float, drafting: bool) -> None:
+        """The fixed rule learns nothing."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agentspec.budget import BatchBudget
+from agentspec.budget import DraftBudget
 from agentspec.errors import DraftIndexError
 from agentspec.index import CallStart, Draft, DraftIndex
 from agentspec.wire import SeedKind, SeedScope
@@ -74,6 +74,7 @@ class _Request:
     done: bool = False  # its stop was emitted
     output_len: int = 0
     last_draft_len: int = 0
+    last_cap: int = 0  # the cap its last draft was asked with
     policy_version: int | None = None  # live when it arrived: it runs under that one
 
     def clip(self, tokens: Iterable[int]) -> list[int]:
@@ -111,7 +112,7 @@ class RequestDriver:
     decides whether to :meth:`disable` the request.
     """
 
-    def __init__(self, index: DraftIndex, budget: BatchBudget | None = None) -> None:
+    def __init__(self, index: DraftIndex, budget: DraftBudget | None = None) -> None:
         self.index = index
         self.budget = budget
         self.counters: dict[str, float] = {}
@@ -223,6 +224,8 @@ class RequestDriver:
         accepted = max(0, min(accepted, drafted))
         self.index.record_verification(req_id, drafted, accepted)
         self.distributions["accepted_tokens_per_draft"][accepted] += 1
+        if self.budget is not None:
+            self.budget.observe_draft(req.last_cap, drafted, accepted)
 
     def advance(self, req_id: str, emitted: Iterable[int]) -> None:
         """The tokens one step emitted (accepted draft tokens and the bonus token)."""
@@ -251,6 +254,10 @@ class RequestDriver:
         draft = self.index.propose(req_id, max_tokens)
         req.last_draft_len = len(draft.token_ids)
         self.distributions["draft_length"][req.last_draft_len] += 1
+        if self.budget is not None:
+            req.last_cap = self.budget.max_tokens if max_tokens is None else max_tokens
+            if not req.last_draft_len:
+                self.budget.observe_draft(req.last_cap, 0, 0)  # nothing to verify
         return draft
 
     def disable(self, req_id: str) -> None:

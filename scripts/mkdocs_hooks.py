@@ -6,7 +6,7 @@ so they stay in step with the code (mkdocs.yml names this file).
 - ``changelog.md``: CHANGELOG.md;
 - ``cli.md``: the command-line reference, generated from the CLI (typer's docs generator);
 - the table of Prometheus series in ``metrics.md``, from ``agentspec.engine.prometheus.SERIES``;
-- ``report.md`` and ``replay-al.png``: ``agentspec bench`` on the bundled slice, run now
+- ``report.md`` and ``replay-al.png``: ``agentspec bench --speed-model h100:8b`` on the bundled slice, run now
   (or read from the folder named by ``AGENTSPEC_DOCS_REPORT``: replay.json and al.png).
 
 Links written for the repository (``docs/wire.md``, ``../../README.md``) are rewritten to
@@ -130,11 +130,34 @@ def _report(folder: Path) -> tuple[str, bytes]:
         cells.append(f"{ratio:.2f}×" if ratio else "")
         lines.append(f"| {source} | {count} | " + " | ".join(cells) + " |")
     lines += ["", f"Replayed in {settings['wall_s']:.1f} s."]
+    for table in result.get("speed", []):
+        lines += _speed_lines(table)
     return "\n".join(lines) + "\n", (folder / "al.png").read_bytes()
+
+
+def _speed_lines(table: dict[str, Any]) -> list[str]:
+    """The report's tokens/s estimate (``agentspec bench --speed-model``; speed.md)."""
+    concurrencies = list(table["batch"])
+    lines = [
+        "",
+        f"## Estimated tokens/s: {table['gpu']}, {table['model']}",
+        "",
+        (
+            f"From the same replay, by [the roofline model](speed.md): tensor parallel {table['tensor_parallel']}, "
+            f"{table['context_tokens']:,.0f} context tokens per step; the drafter times are this build machine's."
+        ),
+        "",
+        "| proposer | " + " | ".join(f"c={c}" for c in concurrencies) + " |",
+        "|---" * (len(concurrencies) + 1) + "|",
+    ]
+    for row in table["rows"]:
+        lines.append(f"| {row['name']} | " + " | ".join(f"{row['tokens_per_s'][c]:,.0f}" for c in concurrencies) + " |")
+    return lines
 
 
 def _run_bench(folder: Path) -> None:
     command = [sys.executable, "-m", "agentspec.cli", "bench", "--quiet", "--json", str(folder / "replay.json")]
+    command += ["--speed-model", "h100:8b"]
     subprocess.run([*command, "--plot", str(folder / "al.png")], check=True, stdout=subprocess.DEVNULL)
 
 

@@ -48,3 +48,21 @@ def test_the_metrics_page_lists_every_series() -> None:
     assert "labels besides `model_name` and `engine`" in table
     assert "| `agentspec_drafts_total` | counter | `level` |" in table
     assert "`agentspec_draft_length` | histogram |  |" in table
+
+
+def test_the_report_renders_the_speed_estimate_from_benchs_json() -> None:
+    import json
+
+    from agentspec.replay.speed_table import SpeedRow, SpeedTable
+
+    table = SpeedTable(
+        gpu="H100 SXM",
+        model="Llama-3-8B shape",
+        tensor_parallel=1,
+        context_tokens=4042.4,
+        batch={1: 1, 128: 102},
+        rows=[SpeedRow(name="no speculation", tokens_per_s={1: 132.2, 128: 3530.4}, caps={1: 0, 128: 0})],
+    )
+    lines = hooks._speed_lines(json.loads(json.dumps(table.model_dump(mode="json"))))
+    assert "## Estimated tokens/s: H100 SXM, Llama-3-8B shape" in lines
+    assert "| proposer | c=1 | c=128 |" in lines and "| no speculation | 132 | 3,530 |" in lines

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentspec import wire
 from agentspec.policy import IndexConfig
+from agentspec.speed import parse_speed_model
 
 #: JSON object of :class:`EngineSettings`; set → the plugin substitutes the proposer.
 ENV_CONFIG = "AGENTSPEC_ENGINE_CONFIG"
@@ -46,6 +47,15 @@ class EngineSettings(BaseModel):
     full_draft_batch: int = Field(8, ge=1, description="Full-length drafts up to this many running requests.")
     no_draft_batch: int = Field(
         64, ge=1, description="No drafts above this many running requests (halving in between)."
+    )
+
+    speed_model: str | None = Field(
+        None,
+        description=(
+            "GPU:MODEL (e.g. h100:8b; see agentspec.speed): choose each step's draft cap with"
+            " this speed model from the engine's own drafts (agentspec.model_budget) instead"
+            " of the fixed batch rule. None: the fixed rule."
+        ),
     )
 
     # Seeds on the wire, see docs/wire.md.
@@ -88,6 +98,8 @@ class EngineSettings(BaseModel):
     def _batches_ordered(self) -> EngineSettings:
         if self.no_draft_batch < self.full_draft_batch:
             raise ValueError("no_draft_batch must be >= full_draft_batch")
+        if self.speed_model is not None:
+            parse_speed_model(self.speed_model)  # a clear error now, not in the engine
         return self
 
     def to_env(self) -> str:

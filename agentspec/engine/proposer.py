@@ -36,13 +36,14 @@ import os
 import socket
 import time
 from collections.abc import Iterable, Mapping
+from time import perf_counter
 from typing import Any
 
 from vllm.config import VllmConfig
 from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
 
 from agentspec import wire
-from agentspec.budget import BatchBudget
+from agentspec.budget import BatchBudget, DraftBudget
 from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
 from agentspec.engine.config import EngineSettings, load_settings
 from agentspec.engine.exchange import TenantExchange
@@ -50,6 +51,8 @@ from agentspec.engine.metrics import SnapshotWriter
 from agentspec.engine.tenancy import SHARED_TENANT
 from agentspec.errors import DraftIndexError
 from agentspec.index import Draft, DraftIndex
+from agentspec.model_budget import ModelBudget
+from agentspec.speed import parse_speed_model
 
 # Under vLLM's logger so the lines appear in the server log with vLLM's formatting
 # (vLLM configures only the "vllm" logger hierarchy).
@@ -84,10 +87,13 @@ class AgentspecProposer(SuffixDecodingProposer):
             }
         )
         self.index = DraftIndex(self.settings.index.model_copy(update={"policy": policy}))
-        self.driver = RequestDriver(
-            self.index,
-            BatchBudget(spec.num_speculative_tokens, self.settings.full_draft_batch, self.settings.no_draft_batch),
-        )
+        budget: DraftBudget
+        if self.settings.speed_model is not None:
+            # Caps from a speed model of this engine (agentspec.model_budget).
+            budget = ModelBudget(parse_speed_model(self.settings.speed_model), spec.num_speculative_tokens)
+        else:
+            budget = BatchBudget(spec.num_speculative_tokens, self.settings.full_draft_batch, self.settings.no_draft_batch)
+        self.driver = RequestDriver(self.index, budget)
         self._writer: SnapshotWriter | None = None
         self._dirty = False
         self._next_publish = 0.0
@@ -217,6 +223,7 @@ class AgentspecProposer(SuffixDecodingProposer):
         slot_mappings: Any = None,  # unused, as in vLLM's suffix proposer
     ) -> list[list[int]]:
         """Draft for every request in the batch (``[]`` where there is nothing to draft)."""
+        started = perf_counter()
         budget = self.driver.budget_for(len(sampled_token_ids), num_speculative_tokens)
         drafts: list[list[int]] = []
         for i, sampled in enumerate(sampled_token_ids):
@@ -233,6 +240,14 @@ class AgentspecProposer(SuffixDecodingProposer):
                 self.driver.disable(req_id)
                 draft = None
             drafts.append(draft.token_ids if draft is not None else [])
+        if self.driver.budget is not None and drafts:
+            rows = len(drafts)
+            self.driver.budget.observe_step(
+                rows,
+                float(sum(int(n) for n in input_batch.num_tokens_no_spec[:rows])) / rows,
+                (perf_counter() - started) / rows,
+                budget > 0,
+            )
         self._dirty = True
         self.publish()
         return drafts

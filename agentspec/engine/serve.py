@@ -47,6 +47,7 @@ from agentspec.engine.vllm_args import (
     split_model_without_vllm,
 )
 from agentspec.policy import DraftPolicy, IndexConfig
+from agentspec.speed import parse_speed_model
 
 #: Click context settings for ``serve``: unknown options pass through to vLLM.
 SERVE_CONTEXT: dict[str, Any] = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -124,6 +125,16 @@ def serve(
     no_draft_batch: Annotated[
         int, typer.Option("--agentspec-no-draft-batch", help="No drafts above this batch size.")
     ] = 64,
+    speed_model: Annotated[
+        str | None,
+        typer.Option(
+            "--agentspec-speed-model",
+            help="GPU:MODEL (GPU h100 or h200; MODEL 8b, 32b or 70b): choose draft lengths per batch size with a"
+            " roofline of this GPU and model size, from the engine's own acceptance, instead of the two batch"
+            " thresholds (docs/speed.md).",
+            metavar="GPU:MODEL",
+        ),
+    ] = None,
     max_seeds: Annotated[
         int, typer.Option("--agentspec-max-seeds", help="Seeds per request.")
     ] = wire.MAX_SEEDS_PER_REQUEST,
@@ -176,6 +187,11 @@ def serve(
             model, vllm_args = split_model_without_vllm(ctx.args)
     except VllmArgsError as exc:
         _fail(str(exc), 2)
+    if speed_model is not None:
+        try:
+            parse_speed_model(speed_model)
+        except ValueError as exc:
+            _fail(str(exc), 2)
     made_state_dir = state_dir is None
     if state_dir is None:
         state_dir = tempfile.mkdtemp(prefix="agentspec-state-") if not dry_run else "<temporary folder>"
@@ -185,6 +201,7 @@ def serve(
             index=IndexConfig.model_validate_json(index_config) if index_config else IndexConfig(),
             full_draft_batch=full_draft_batch,
             no_draft_batch=no_draft_batch,
+            speed_model=speed_model,
             max_seeds_per_request=max_seeds,
             max_seed_tokens_per_request=max_seed_tokens,
             exchange_dir=os.path.abspath(exchange_dir) if exchange_dir else None,

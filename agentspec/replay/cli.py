@@ -111,6 +111,14 @@ def bench(
         str | None,
         typer.Option(help='agentspec: draft policy as JSON, e.g. \'{"max_spec_factor": 4}\' (DraftPolicy fields).'),
     ] = None,
+    speed_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Also estimate tokens/s at concurrency 1-128 on GPU:MODEL (GPU h100 or h200; MODEL 8b, 32b or "
+            "70b), from a roofline of the engine (docs/speed.md). Repeat for several.",
+            metavar="GPU:MODEL",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
     """Replay recorded agent trajectories through draft proposers and compare them."""
@@ -118,12 +126,26 @@ def bench(
     if (missing := missing_message("bench")) is not None:
         typer.echo(f"error: agentspec bench: {missing}", err=True)
         raise typer.Exit(1)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskID,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
-    from agentspec.replay.report import print_report, write_json, write_plot
+    from agentspec.replay.report import (
+        print_report,
+        print_speed_table,
+        write_json,
+        write_plot,
+    )
     from agentspec.replay.run import run_replay
+    from agentspec.speed import parse_speed_model
 
     try:
+        speeds = [parse_speed_model(spec) for spec in speed_model or ()]
         default_routing, per_proposer = (None, {}) if routing == "auto" else parse_routing(routing)
         config = ReplayConfig(
             data=data,
@@ -197,8 +219,18 @@ def bench(
         _fail(f"{config.data_path()} holds no trajectories{where}")
 
     print_report(result, console, config.baseline)
+    tables = []
+    if speeds:
+        from agentspec.replay.speed_table import speed_table
+
+        try:
+            tables = [speed_table(result, speed) for speed in speeds]
+        except ValueError as e:
+            _fail(str(e))
+        for table in tables:
+            print_speed_table(table, console, config.baseline)
     if json_path is not None:
-        write_json(result, json_path)
+        write_json(result, json_path, tables)
         console.print(f"wrote {json_path}")
     if plot is not None:
         write_plot(result, plot)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from agentspec.replay.run import ALL, ReplayResult
+from agentspec.replay.speed_table import NO_SPECULATION, SpeedTable
 
 
 def _ratio(x: float | None) -> str:
@@ -96,10 +98,51 @@ def print_report(result: ReplayResult, console: Console | None = None, baseline:
     )
 
 
-def write_json(result: ReplayResult, path: Path) -> None:
-    """``{"settings": {...}, "records": [{"proposer", "source", "al", ...}, ...]}``."""
+def render_speed_table(table: SpeedTable, baseline: str = "vllm-suffix") -> Table:
+    """Estimated tokens/s by concurrency; each cell also gives the ratio to ``baseline``'s
+    row (when there is one) and the draft cap it ran with."""
+    concurrencies = list(table.batch)
+    try:
+        ref = table.row(baseline).tokens_per_s
+    except KeyError:
+        ref = None
+    out = Table(
+        title=f"Estimated tokens/s: {table.gpu}, {table.model}, tensor parallel {table.tensor_parallel}",
+        caption=(
+            f"Roofline of the decoding step (agentspec.speed; docs/speed.md) at {table.context_tokens:,.0f} context "
+            f"tokens per step, with the replay's drafts and measured drafter time. Batch by concurrency (what the KV "
+            f"cache holds): {', '.join(f'{c}→{b}' for c, b in table.batch.items())}. (×: vs {baseline}; k: draft cap)"
+        ),
+        caption_justify="left",
+    )
+    out.add_column("proposer", no_wrap=True)
+    for c in concurrencies:
+        out.add_column(f"c={c}", justify="right")
+    for row in table.rows:
+        cells = []
+        for c in concurrencies:
+            cell = f"{row.tokens_per_s[c]:,.0f}"
+            if ref is not None and row.name != baseline:
+                cell += f" {row.tokens_per_s[c] / ref[c]:.2f}×"
+            if row.name != NO_SPECULATION and row.caps[c] is not None:
+                cell += f" k={row.caps[c]}"
+            cells.append(cell)
+        out.add_row(row.name, *cells)
+    return out
+
+
+def print_speed_table(table: SpeedTable, console: Console | None = None, baseline: str = "vllm-suffix") -> None:
+    (console or Console()).print(render_speed_table(table, baseline))
+
+
+def write_json(result: ReplayResult, path: Path, speed: Sequence[SpeedTable] = ()) -> None:
+    """``{"settings": {...}, "records": [{"proposer", "source", "al", ...}, ...]}``, and
+    ``"speed"``: the speed tables (:class:`SpeedTable`) when there are some."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.to_json_dict(), indent=2) + "\n")
+    data = result.to_json_dict()
+    if speed:
+        data["speed"] = [table.model_dump(mode="json") for table in speed]
+    path.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def write_plot(result: ReplayResult, path: Path) -> None:

@@ -40,12 +40,19 @@ class Tally:
     index_ns: int = 0
     propose_ns: int = 0
     peak_memory_bytes: int = 0
+    #: Context tokens summed over proposals (the KV cache each decoding step reads).
+    context_tokens: int = 0
+    #: Proposals by outcome: ``(drafted, accepted) -> count`` (agentspec.speed.DraftOutcomes).
+    outcomes: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def add(self, other: Tally) -> None:
         for f in fields(self):
             if f.name == "peak_memory_bytes":
                 # Sources run on their own fresh servers: the peak is the largest.
                 self.peak_memory_bytes = max(self.peak_memory_bytes, other.peak_memory_bytes)
+            elif f.name == "outcomes":
+                for key, n in other.outcomes.items():
+                    self.outcomes[key] = self.outcomes.get(key, 0) + n
             else:
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
@@ -165,9 +172,10 @@ def replay_call(
 
     t0 = _now()
     proposer.begin_call(spec, prompt, seeds)
-    steps = drafted = accepted = proposals = 0
+    steps = drafted = accepted = proposals = context_tokens = 0
     propose_ns = 0
     pos = 0
+    outcomes = tally.outcomes
     if n_out:
         proposer.observe(cid, output[:1])  # the prefill step's token
         pos = steps = 1
@@ -195,6 +203,8 @@ def replay_call(
         index_ns += _now() - t3
         drafted += n_draft
         accepted += acc
+        outcomes[(n_draft, acc)] = outcomes.get((n_draft, acc), 0) + 1
+        context_tokens += p_len + pos
         pos += emit
         steps += 1
     t4 = _now()
@@ -210,6 +220,7 @@ def replay_call(
     tally.accepted_tokens += accepted
     tally.index_ns += index_ns
     tally.propose_ns += propose_ns
+    tally.context_tokens += context_tokens
 
 
 class ClientRouting:

@@ -74,6 +74,15 @@ def test_cli_dry_run_passes_unknown_options() -> None:
     assert '"no_draft_batch":32' in result.output
 
 
+def test_cli_speed_model() -> None:
+    result = CliRunner().invoke(
+        _app(), ["serve", "my-model", "--agentspec-speed-model", "h200:70b", "--agentspec-dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    settings = json.loads(shlex.split(result.output)[0].split("=", 1)[1])
+    assert settings["speed_model"] == "h200:70b"
+
+
 def test_cli_exchange_dir(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         _app(), ["serve", "my-model", "--agentspec-exchange-dir", str(tmp_path), "--agentspec-dry-run"]
@@ -111,6 +120,7 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
         (["m", "--max-model-len"], "vLLM's options: argument --max-model-len: expected one argument"),
         (["--port", "8000"], "no model: give it first (agentspec serve MODEL ...) or as --model MODEL"),
         (["a", "--model", "b"], "two models: 'a' and --model 'b'"),
+        (["m", "--agentspec-speed-model", "tpu:8b"], "speed model 'tpu:8b': expected GPU:MODEL with GPU one of"),
     ],
 )
 def test_bad_invocations_get_one_line_and_exit_2(args: list[str], message: str) -> None:

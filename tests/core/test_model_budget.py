@@ -1,0 +1,139 @@
+"""Draft caps from the speed model (agentspec.model_budget): warm-up and exploration at full
+length, only full-length drafts teach, the chosen cap is the model's fastest, and the
+driver feeds it what its drafts did."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentspec.driver import RequestDriver, RequestSpec
+from agentspec.index import DraftIndex
+from agentspec.model_budget import ModelBudget
+from agentspec.policy import IndexConfig
+from agentspec.speed import DraftOutcomes, parse_speed_model
+
+H100_8B = parse_speed_model("h100:8b")
+K = 16
+
+
+def _budget(accepted: int, drafts: int = 400, **kwargs: int) -> ModelBudget:
+    """A budget that has seen ``drafts`` full-length drafts of K tokens, ``accepted`` kept each."""
+    budget = ModelBudget(H100_8B, K, **kwargs)
+    for _ in range(drafts):
+        budget.observe_draft(K, K, accepted)
+    budget.observe_step(64, 4000.0, 20e-6, True)
+    budget.observe_step(64, 4000.0, 5e-6, False)
+    return budget
+
+
+def _choices(budget: ModelBudget, batch: int, steps: int) -> list[int]:
+    return [budget.tokens_for(batch) for _ in range(steps)]
+
+
+def test_full_length_until_it_has_seen_enough_drafts() -> None:
+    budget = _budget(accepted=0, drafts=10, warmup=100)
+    assert _choices(budget, 128, 20) == [K] * 20
+    for _ in range(90):
+        budget.observe_draft(K, K, 0)
+    assert budget.tokens_for(128) == 0  # nothing is ever accepted: drafting only costs
+
+
+def test_drafts_that_pay_are_kept_and_drafts_that_do_not_are_dropped() -> None:
+    assert _budget(accepted=K).best_cap(128) == K
+    assert _budget(accepted=0).best_cap(128) == 0
+    # Half the draft accepted: worth it while the step is memory-bound.
+    half = _budget(accepted=K // 2)
+    assert half.best_cap(1) >= K // 2
+
+
+def test_the_cap_is_the_speed_models_fastest() -> None:
+    budget = _budget(accepted=5)
+    outcomes = DraftOutcomes(counts=dict(budget.outcomes))
+    for batch in (1, 8, 32, 128):
+
+        def speed(k: int, batch: int = batch) -> float:
+            return H100_8B.batch_tokens_per_second(
+                batch,
+                4000.0,
+                outcomes.emitted(k) if k else 1.0,
+                outcomes.verified(k) if k else 1.0,
+                budget.drafter_s[k > 0],
+            )
+
+        best = budget.best_cap(batch)
+        assert all(speed(best) >= speed(k) for k in range(K + 1))
+
+
+def test_one_step_in_n_explores_at_full_length() -> None:
+    budget = _budget(accepted=0, explore_every=4)
+    choices = _choices(budget, 128, 12)
+    assert choices.count(K) == 3 and choices.count(0) == 9
+    assert [i for i, c in enumerate(choices, 1) if c == K] == [4, 8, 12]
+
+
+def test_the_window_keeps_the_warm_up() -> None:
+    with pytest.raises(ValueError, match="window"):
+        ModelBudget(H100_8B, K, warmup=100, window=150)
+
+
+def test_only_full_length_drafts_teach() -> None:
+    budget = ModelBudget(H100_8B, K)
+    budget.observe_draft(4, 4, 4)  # cut to 4 and wholly accepted: says nothing about 16
+    assert budget.proposals == 0
+    budget.observe_draft(K, 3, 1)
+    assert budget.outcomes == {(3, 1): 1}
+
+
+def test_counts_are_halved_past_the_window_and_caps_refit() -> None:
+    budget = _budget(accepted=K, drafts=100, warmup=50, window=150, refit_every=4)
+    assert budget.tokens_for(128) == K
+    for _ in range(60):
+        budget.observe_draft(K, K, 0)
+    # The 151st draft halved the counts: 100 kept drafts became 50, 51 refused ones 25.
+    assert budget.outcomes == {(K, K): 50, (K, 0): 25 + 9}
+    # The traffic changed: drafts are no longer accepted. Within refit_every steps the
+    # cached cap is replaced.
+    for _ in range(400):
+        budget.observe_draft(K, K, 0)
+    assert _choices(budget, 128, 8)[-1] == budget.best_cap(128) < K // 2
+
+
+def test_context_and_drafter_time_are_running_means() -> None:
+    budget = ModelBudget(H100_8B, K)
+    budget.observe_step(4, 1000.0, 10e-6, True)
+    assert budget.context_tokens == 1000.0 and budget.drafter_s[True] == 10e-6
+    for _ in range(200):
+        budget.observe_step(4, 3000.0, 30e-6, True)
+    assert budget.context_tokens == pytest.approx(3000.0, rel=1e-3)
+    assert budget.drafter_s[True] == pytest.approx(30e-6, rel=1e-3) and budget.drafter_s[False] == 0.0
+    budget.observe_step(0, 9e9, 1.0, True)  # an empty step changes nothing
+    assert budget.context_tokens == pytest.approx(3000.0, rel=1e-3)
+
+
+def test_the_driver_tells_the_budget_what_each_draft_did() -> None:
+    budget = ModelBudget(H100_8B, 8)
+    driver = RequestDriver(DraftIndex(IndexConfig(global_max_tokens=0)), budget)
+    prompt, output = list(range(1, 30)), list(range(100, 140))
+    driver.admit("a", RequestSpec("s", None))
+    driver.begin("a", prompt + output)
+    driver.advance("a", output[:2])
+    driver.release("a")
+    driver.admit("b", RequestSpec("s", None))
+    driver.begin("b", [999, *prompt])
+    driver.advance("b", output[:3])
+    cap = driver.budget_for(1, 8)
+    assert cap == 8  # warming up
+    draft = driver.draft("b", cap)
+    assert draft is not None and len(draft.token_ids) == 8
+    driver.verified("b", 5)
+    assert budget.outcomes == {(8, 5): 1}
+    driver.advance("b", output[3:9])
+    assert driver.draft("b", 4) is not None
+    driver.verified("b", 4)  # a cut draft: not counted
+    assert budget.outcomes == {(8, 5): 1}
+    driver.admit("c", RequestSpec("other", None))
+    driver.begin("c", [5000, 5001])
+    driver.advance("c", [5002])
+    empty = driver.draft("c", 8)
+    assert empty is not None and not empty.token_ids
+    assert budget.outcomes == {(8, 5): 1, (0, 0): 1}  # nothing matched: counted at once

@@ -1,0 +1,73 @@
+"""The proposer under ``--agentspec-speed-model``: its driver's budget is the speed model's,
+and every draft step tells it the batch's context and the drafter's time.
+
+In-process, as test_publish.py: a stand-in for vLLM's config and input batch.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from agentspec.budget import BatchBudget
+from agentspec.engine.config import EngineSettings
+from agentspec.model_budget import ModelBudget
+
+proposer_mod = pytest.importorskip("agentspec.engine.proposer", reason="needs vLLM")
+
+K = 8
+
+
+def _proposer(settings: EngineSettings):
+    spec = SimpleNamespace(
+        num_speculative_tokens=K,
+        suffix_decoding_max_tree_depth=24,
+        suffix_decoding_max_spec_factor=1.0,
+        suffix_decoding_min_token_prob=0.1,
+    )
+    config = SimpleNamespace(
+        speculative_config=spec,
+        model_config=SimpleNamespace(max_model_len=4096, served_model_name="m"),
+        parallel_config=SimpleNamespace(data_parallel_rank=0),
+    )
+    return proposer_mod.AgentspecProposer(config, settings)  # type: ignore[arg-type]
+
+
+def _batch(rows: list[tuple[str, list[int], list[int]]]) -> SimpleNamespace:
+    table = np.zeros((len(rows), 256), dtype=np.int32)
+    for i, (_, prompt, generated) in enumerate(rows):
+        table[i, : len(prompt) + len(generated)] = prompt + generated
+    return SimpleNamespace(
+        req_ids=[r for r, _, _ in rows],
+        num_tokens_no_spec=np.array([len(p) + len(g) for _, p, g in rows]),
+        num_prompt_tokens=np.array([len(p) for _, p, _ in rows]),
+        token_ids_cpu=table,
+    )
+
+
+def test_the_speed_model_chooses_the_budget() -> None:
+    proposer = _proposer(EngineSettings(speed_model="h100:8b"))
+    budget = proposer.driver.budget
+    assert isinstance(budget, ModelBudget) and budget.max_tokens == K
+    assert budget.model.gpu.name == "H100 SXM" and budget.model.model.name == "Llama-3-8B shape"
+    assert isinstance(_proposer(EngineSettings()).driver.budget, BatchBudget)
+
+
+def test_each_step_reports_context_and_drafter_time() -> None:
+    proposer = _proposer(EngineSettings(speed_model="h200:70b"))
+    budget = proposer.driver.budget
+    params = SimpleNamespace(extra_args={"session_id": "s"}, max_tokens=64, eos_token_id=None, stop_token_ids=None)
+    rows = [("a", list(range(1, 41)), [7]), ("b", list(range(50, 70)), [8])]
+    for req_id, _, _ in rows:
+        proposer.on_request_added(req_id, params)
+    proposer.propose(K, _batch(rows), [[7], [8]])
+    assert budget.context_tokens == (41 + 21) / 2
+    assert budget.drafter_s[True] > 0
+    assert proposer.driver.counters["batch_size"] == 2
+
+
+def test_a_bad_speed_model_is_refused_by_the_settings() -> None:
+    with pytest.raises(ValueError, match="GPU:MODEL"):
+        EngineSettings(speed_model="tpu:8b")

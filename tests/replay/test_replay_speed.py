@@ -1,0 +1,101 @@
+"""Estimated tokens/s from a replay (agentspec.replay.speed_table) on the bundled slice: the
+draft outcomes the replay records, the fixed rule's caps, the model budget never behind
+the fixed rule, and ``agentspec bench --speed-model``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from agentspec.budget import BatchBudget
+from agentspec.replay.cli import bench
+from agentspec.replay.config import ReplayConfig
+from agentspec.replay.run import ReplayResult, run_replay
+from agentspec.replay.speed_table import CONCURRENCIES, NO_SPECULATION, speed_table
+from agentspec.speed import DraftOutcomes, parse_speed_model
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> ReplayResult:
+    config = ReplayConfig(
+        proposers=("vllm-suffix", "agentspec", "oracle"),
+        sources=("codet", "tau_bench"),
+        limit=3,
+        cache_dir=tmp_path_factory.mktemp("cache"),
+    )
+    return run_replay(config)
+
+
+def test_the_replay_records_every_proposal_by_outcome(result: ReplayResult) -> None:
+    for record in result.records:
+        rows = record.draft_outcomes
+        assert sum(n for _, _, n in rows) == record.steps - record.calls  # one per step after prefill
+        assert sum(d * n for d, _, n in rows) == record.drafted_tokens
+        assert sum(a * n for _, a, n in rows) == record.accepted_tokens
+        assert record.context_tokens_per_step > 0
+
+
+@pytest.mark.parametrize("spec", ["h100:8b", "h200:70b"])
+def test_the_model_budget_is_never_behind_the_fixed_rule(result: ReplayResult, spec: str) -> None:
+    model = parse_speed_model(spec)
+    table = speed_table(result, model)
+    assert [r.name for r in table.rows] == [
+        NO_SPECULATION,
+        "vllm-suffix",
+        "agentspec (fixed rule)",
+        "agentspec (model budget)",
+    ]
+    agentspec = result.record("agentspec")
+    outcomes = DraftOutcomes.of(agentspec.draft_outcomes)
+    rule = BatchBudget(outcomes.longest)
+    fixed, best = table.row("agentspec (fixed rule)"), table.row("agentspec (model budget)")
+    for c in CONCURRENCIES:
+        assert fixed.caps[c] == rule.tokens_for(table.batch[c])
+        assert best.tokens_per_s[c] >= fixed.tokens_per_s[c]
+        assert 0 <= best.caps[c] <= outcomes.longest  # type: ignore[operator]
+        assert table.row(NO_SPECULATION).tokens_per_s[c] == model.tokens_per_second(c, table.context_tokens)
+    # Concurrency adds throughput until the KV cache is full.
+    speeds = [table.row(NO_SPECULATION).tokens_per_s[c] for c in CONCURRENCIES]
+    assert speeds == sorted(speeds)
+    # vLLM's suffix row: its own drafts at full length and its measured drafter time.
+    suffix = result.record("vllm-suffix")
+    drafts = DraftOutcomes.of(suffix.draft_outcomes)
+    drafter_s = (suffix.index_us_per_call * suffix.calls / suffix.steps + suffix.propose_us_per_step) / 1e6
+    expected = model.tokens_per_second(
+        1, suffix.context_tokens_per_step, drafts.emitted(), drafts.verified(), drafter_s
+    )
+    assert table.row("vllm-suffix").tokens_per_s[1] == pytest.approx(expected)
+
+
+def test_bench_prints_and_writes_the_estimate(tmp_path: Path) -> None:
+    app = typer.Typer()
+    app.command()(bench)
+    app.command()(lambda: None)
+    common = ["bench", "--cache-dir", str(tmp_path / "cache"), "--quiet", "--sources", "codet", "--limit", "2"]
+    out = tmp_path / "r.json"
+    ok = CliRunner().invoke(
+        app,
+        [*common, "--proposers", "vllm-suffix,agentspec", "--speed-model", "h100:8b"]
+        + ["--speed-model", "h200:70b", "--json", str(out)],
+        env={"COLUMNS": "160"},
+    )
+    assert ok.exit_code == 0, ok.output
+    assert "Estimated tokens/s: H100 SXM" in ok.output and "agentspec (model budget)" in ok.output
+    assert "Estimated tokens/s: H200, Llama-3-70B shape, tensor parallel 2" in ok.output
+    speed, second = json.loads(out.read_text())["speed"]
+    assert speed["gpu"] == "H100 SXM" and speed["tensor_parallel"] == 1 and second["gpu"] == "H200"
+    assert {r["name"] for r in speed["rows"]} >= {NO_SPECULATION, "vllm-suffix", "agentspec (model budget)"}
+    bad = CliRunner().invoke(app, [*common, "--speed-model", "h100:9b"])
+    assert bad.exit_code == 2
+    assert bad.output.strip().splitlines() == [
+        (
+            "error: agentspec bench: speed model 'h100:9b': expected GPU:MODEL with GPU one of ['h100', 'h200'] "
+            "and MODEL one of ['32b', '70b', '8b']"
+        )
+    ]
+    only_oracle = CliRunner().invoke(app, [*common, "--proposers", "oracle", "--speed-model", "h100:8b"])
+    assert only_oracle.exit_code == 2 and "oracle is not a drafter" in only_oracle.output
