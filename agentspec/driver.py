@@ -77,6 +77,18 @@ class _Request:
     last_cap: int = 0  # the cap its last draft was asked with
     policy_version: int | None = None  # live when it arrived: it runs under that one
 
+    def keepable(self, tokens: Iterable[int]) -> int:
+        """How many of ``tokens`` :meth:`clip` would keep (without keeping them)."""
+        spec, length, n = self.spec, self.output_len, 0
+        if self.done:
+            return 0
+        for tok in map(int, tokens):
+            n += 1
+            length += 1
+            if tok in spec.stop_ids or (spec.max_tokens is not None and length >= spec.max_tokens):
+                break
+        return n
+
     def clip(self, tokens: Iterable[int]) -> list[int]:
         """The prefix of newly emitted ``tokens`` the scheduler keeps."""
         kept: list[int] = []
@@ -215,12 +227,19 @@ class RequestDriver:
         req = self._requests.get(req_id)
         return req is not None and req.begun
 
-    def verified(self, req_id: str, accepted: int) -> None:
-        """The target accepted ``accepted`` tokens of the request's last draft."""
+    def verified(self, req_id: str, accepted: int, emitted: Sequence[int] | None = None) -> None:
+        """The target accepted ``accepted`` tokens of the request's last draft.
+
+        ``emitted``: the step's tokens (accepted draft tokens and the bonus token). Those
+        past the request's stop or ``max_tokens`` are dropped by the engine, so accepted
+        tokens among them are not counted: a draft is credited only with what it delivered.
+        """
         req = self._request(req_id)
         if req.disabled or not req.last_draft_len:
             return
         drafted = req.last_draft_len
+        if emitted is not None:
+            accepted = min(accepted, req.keepable(emitted))
         accepted = max(0, min(accepted, drafted))
         self.index.record_verification(req_id, drafted, accepted)
         self.distributions["accepted_tokens_per_draft"][accepted] += 1

@@ -264,7 +264,7 @@ class AgentspecProposer(SuffixDecodingProposer):
             driver.begin(req_id, row[:num_prompt], row[num_prompt:num_tokens].tolist())
         else:
             # vLLM returns the accepted draft tokens plus one sampled token.
-            driver.verified(req_id, len(sampled) - 1)
+            driver.verified(req_id, len(sampled) - 1, sampled)
             driver.advance(req_id, sampled)
         return driver.draft(req_id, min(budget, self.max_model_len - num_tokens - 1))
 

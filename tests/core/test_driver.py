@@ -221,3 +221,34 @@ def test_without_announced_versions_sessions_have_no_version_statistics() -> Non
     stats = d.index.session_stats("s1")
     assert stats is not None and stats.policy_version is None and stats.accepted_tokens == 1
     assert stats.drafted_tokens_by_policy_version == {} == stats.accepted_tokens_by_policy_version
+
+
+def test_accepted_tokens_past_the_requests_end_are_not_credited() -> None:
+    d = _driver()
+    d.admit("a", RequestSpec("s", None))
+    d.begin("a", PROMPT + OUTPUT)
+    d.advance("a", OUTPUT[:2])
+    d.release("a")
+    # max_tokens 6: one token came with prefill, so the step can deliver 5 more.
+    d.admit("b", RequestSpec("s", None, max_tokens=6, stop_ids=frozenset({OUTPUT[7]})))
+    d.begin("b", [999, *PROMPT], OUTPUT[:1])
+    draft = d.draft("b", 8)
+    assert draft is not None and len(draft.token_ids) == 8
+    # The engine accepted all 8 and sampled a bonus; the request keeps 5 of the 9.
+    d.verified("b", 8, OUTPUT[1:10])
+    stats = d.index.session_stats("s")
+    assert stats is not None and (stats.drafted_tokens, stats.accepted_tokens) == (8, 5)
+    assert d.distributions["accepted_tokens_per_draft"] == {5: 1}
+
+
+def test_a_stop_inside_the_accepted_draft_ends_the_credit() -> None:
+    d = _driver()
+    d.admit("a", RequestSpec("s", None))
+    d.begin("a", PROMPT + OUTPUT)
+    d.advance("a", OUTPUT[:2])
+    d.release("a")
+    d.admit("b", RequestSpec("s", None, stop_ids=frozenset({OUTPUT[3]})))
+    d.begin("b", [999, *PROMPT], OUTPUT[:1])
+    assert d.draft("b", 6) is not None
+    d.verified("b", 6, OUTPUT[1:8])  # the stop is the 3rd emitted token: 3 kept
+    assert d.index.session_stats("s").accepted_tokens == 3

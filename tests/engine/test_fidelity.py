@@ -1,0 +1,112 @@
+"""The replay drafts what the server drafted.
+
+A multi-turn, multi-session workload goes through the real ``agentspec serve``, one call at
+a time, as token ids (sessions and groups named as clients name them). The server's own
+transcript (prompt and output token ids of every call) is then replayed offline through
+the replay benchmark's agentspec proposer and loop (``agentspec.replay``). The server's
+per-session statistics and the replay's counts must be equal: the benchmark runs the code
+the server runs, with the same index settings.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+
+import httpx
+import numpy as np
+import pytest
+from engine_helpers import MODEL
+
+from agentspec import wire
+from agentspec.index import DraftIndex
+from agentspec.replay.calls import CallSpec
+from agentspec.replay.driver_proposer import DriverProposer
+from agentspec.replay.simulate import Tally, replay_call
+from agentspec.testing.pytest_plugin import TEST_INDEX_CONFIG
+
+pytestmark = pytest.mark.server
+
+SESSIONS, TURNS, MAX_TOKENS = 3, 4, 40
+
+
+@dataclass(frozen=True)
+class Call:
+    session: str
+    group: str
+    turn: int
+    prompt: list[int]
+    output: list[int]
+
+
+def _complete(base: str, call_prompt: list[int], session: str, group: str, salt: str) -> list[int]:
+    response = httpx.post(
+        base + "/v1/completions",
+        json={
+            "model": MODEL,
+            "prompt": call_prompt,
+            "max_tokens": MAX_TOKENS,
+            "temperature": 0,
+            "ignore_eos": True,  # every output is MAX_TOKENS long: no stop to model
+            "return_token_ids": True,
+            wire.CACHE_SALT_FIELD: salt,
+        },
+        headers={wire.SESSION_HEADER: session, wire.GROUP_HEADER: group},
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    return [int(t) for t in response.json()["choices"][0]["token_ids"]]
+
+
+def _run_workload(base: str, salt: str, tag: str) -> list[Call]:
+    """Agent loops: each turn's prompt is the history plus an observation quoting the last
+    output, as tool results and file views do. Sessions take turns one call at a time."""
+    rng = np.random.default_rng(7)
+    histories = {f"fid-{tag}-{s}": [int(t) for t in rng.integers(100, 900, 24)] for s in range(SESSIONS)}
+    calls: list[Call] = []
+    for turn in range(TURNS):
+        for s, (session, history) in enumerate(histories.items()):
+            group = f"fid-{tag}-g{s % 2}"
+            output = _complete(base, history, session, group, salt)
+            calls.append(Call(session, group, turn, list(history), output))
+            observation = [int(t) for t in rng.integers(100, 900, 6)]
+            history += output + observation + output[: MAX_TOKENS // 2]
+    return calls
+
+
+def _replay(calls: list[Call]) -> dict[str, Tally]:
+    proposer = DriverProposer(DraftIndex(TEST_INDEX_CONFIG))
+    tallies: dict[str, Tally] = defaultdict(Tally)
+    for n, call in enumerate(calls):
+        spec = CallSpec(f"c{n}", call.session, call.group, call.session, call.turn, "server")
+        output = np.asarray(call.output, dtype=np.int32)
+        replay_call(proposer, spec, np.asarray(call.prompt, dtype=np.int32), output, call.output, tallies[call.session])
+    return tallies
+
+
+def _stats(base: str, session: str, salt: str) -> dict[str, int]:
+    """The session's statistics once all its calls are published (a moment after each step)."""
+    deadline = time.monotonic() + 15
+    while True:
+        r = httpx.get(base + wire.SESSION_STATS_PATH + session, params={wire.CACHE_SALT_FIELD: salt}, timeout=10)
+        if r.status_code == 200 and r.json()["calls"] >= TURNS:
+            return dict(r.json())
+        assert time.monotonic() < deadline, (session, r.status_code, r.text)
+        time.sleep(0.2)
+
+
+def test_the_replay_counts_what_the_server_counted(agentspec_server) -> None:
+    base = agentspec_server.url
+    tag = uuid.uuid4().hex[:8]
+    # A tenant of its own (cache_salt): its global corpus starts empty, as the replay's does.
+    salt = f"fidelity-{tag}"
+    calls = _run_workload(base, salt, tag)
+    replayed = _replay(calls)
+    for session, tally in replayed.items():
+        stats = _stats(base, session, salt)
+        server = (stats["draft_tokens"], stats["accepted_tokens"])
+        assert server == (tally.drafted_tokens, tally.accepted_tokens), (session, server, tally)
+    # Drafting really happened, at every level the workload reaches.
+    assert sum(t.accepted_tokens for t in replayed.values()) > SESSIONS * TURNS * 5
