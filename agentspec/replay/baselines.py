@@ -50,6 +50,9 @@ class NoProposer:
     def memory_bytes(self) -> int:
         return 0
 
+    def held_tokens(self) -> int:
+        return 0
+
 
 class VllmNgramProposer(NoProposer):
     """vLLM's ``ngram`` method: prompt lookup over the request's own tokens."""
@@ -87,15 +90,22 @@ class VllmSuffixProposer(NoProposer):
         self.cache = SuffixDecodingCache(
             max_tree_depth=max_tree_depth, max_cached_requests=max_cached_requests
         )
+        # Token counts for held_tokens(): a request's prompt while it runs (its own tree),
+        # its response while the cache keeps it (the global tree).
+        self._prompts: dict[str, int] = {}
+        self._responses: dict[str, int] = {}
 
     def begin_call(self, call: CallSpec, prompt: np.ndarray, seeds: Sequence[TokenSeed] = ()) -> None:
         # vLLM request ids are unique per request; a reused id is reset as vLLM does.
         if call.call_id in self.cache.cached_requests:
             self.cache.evict_cached_response(call.call_id)
         self.cache.start_request(call.call_id, prompt)
+        self._prompts[call.call_id] = len(prompt)
+        self._responses[call.call_id] = 0
 
     def observe(self, call_id: str, tokens: np.ndarray) -> None:
         self.cache.add_active_response(call_id, tokens)
+        self._responses[call_id] += len(tokens)
 
     def propose(self, call_id: str, context: np.ndarray) -> ReplayDraft:
         d = self.cache.speculate(
@@ -109,6 +119,13 @@ class VllmSuffixProposer(NoProposer):
 
     def end_call(self, call_id: str) -> None:
         self.cache.stop_request(call_id)
+        self._prompts.pop(call_id, None)
+
+    def held_tokens(self) -> int:
+        cached = self.cache.cached_requests
+        for call_id in [c for c in self._responses if c not in cached]:
+            del self._responses[call_id]  # evicted by the cache (FIFO)
+        return sum(self._prompts.values()) + sum(self._responses.values())
 
     def memory_bytes(self) -> int:
         # arctic exposes no public size; its trees do estimate their own memory.

@@ -75,6 +75,10 @@ class DriverProposer:
     def memory_bytes(self) -> int:
         return self.index.stats().memory_bytes
 
+    def held_tokens(self) -> int:
+        stats = self.index.stats()
+        return stats.session_tokens + stats.group_tokens + stats.global_tokens
+
 
 def make_agentspec_index(settings: ProposerSettings) -> DraftIndex:
     """A DraftIndex with the given draft policy (the index's defaults when None)."""

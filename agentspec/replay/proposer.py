@@ -73,6 +73,10 @@ class Proposer(Protocol):
         """Current index memory in bytes (an estimate; 0 if it keeps none)."""
         ...
 
+    def held_tokens(self) -> int:
+        """Tokens its index holds now (0 if it keeps none or cannot tell)."""
+        ...
+
 
 @runtime_checkable
 class SharesOutputs(Protocol):

@@ -44,6 +44,8 @@ class Record(BaseModel):
     #: AL relative to the oracle's and to the baseline proposer's on the same source.
     al_vs_oracle: float | None = None
     al_vs_baseline: float | None = None
+    #: Index memory per token it held, at the memory peak (None: the proposer cannot tell).
+    bytes_per_held_token: float | None = None
     #: Mean context tokens of a decoding step (the KV cache it reads).
     context_tokens_per_step: float = 0.0
     #: Proposals by outcome, ``(drafted, accepted, count)`` rows (agentspec.speed.DraftOutcomes).
@@ -208,6 +210,7 @@ def summarise(config: ReplayConfig, results: list[SourceResult], wall_s: float) 
                 t.output_tokens, t.steps, t.drafted_tokens, t.propose_ns, t.index_ns
             ),
             routing=config.routing_for(name).value if config.replicas > 1 else "single",
+            bytes_per_held_token=t.peak_memory_bytes / t.held_tokens_at_peak if t.held_tokens_at_peak else None,
             context_tokens_per_step=t.context_tokens / t.proposals if t.proposals else 0.0,
             draft_outcomes=[(d, a, n) for (d, a), n in sorted(t.outcomes.items())],
         )

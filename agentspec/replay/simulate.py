@@ -40,6 +40,8 @@ class Tally:
     index_ns: int = 0
     propose_ns: int = 0
     peak_memory_bytes: int = 0
+    #: Tokens the index held when its memory peaked (0: the proposer cannot tell).
+    held_tokens_at_peak: int = 0
     #: Context tokens summed over proposals (the KV cache each decoding step reads).
     context_tokens: int = 0
     #: Proposals by outcome: ``(drafted, accepted) -> count`` (agentspec.speed.DraftOutcomes).
@@ -49,7 +51,11 @@ class Tally:
         for f in fields(self):
             if f.name == "peak_memory_bytes":
                 # Sources run on their own fresh servers: the peak is the largest.
-                self.peak_memory_bytes = max(self.peak_memory_bytes, other.peak_memory_bytes)
+                if other.peak_memory_bytes > self.peak_memory_bytes:
+                    self.peak_memory_bytes = other.peak_memory_bytes
+                    self.held_tokens_at_peak = other.held_tokens_at_peak
+            elif f.name == "held_tokens_at_peak":
+                continue  # goes with the peak above
             elif f.name == "outcomes":
                 for key, n in other.outcomes.items():
                     self.outcomes[key] = self.outcomes.get(key, 0) + n
@@ -307,7 +313,11 @@ class _Fleet:
 
     def sample_memory(self) -> None:
         total = sum(s.memory_bytes() for s in self.servers.values())
-        self.tally.peak_memory_bytes = max(self.tally.peak_memory_bytes, total)
+        if total > self.tally.peak_memory_bytes:
+            self.tally.peak_memory_bytes = total
+            self.tally.held_tokens_at_peak = sum(
+                getattr(s, "held_tokens", lambda: 0)() for s in self.servers.values()
+            )
 
 
 def replay_source(

@@ -108,3 +108,37 @@ def test_oracle_indexes_session_streams_incrementally() -> None:
     assert o._next_seq == 2
     draft = o.propose("a2", np.asarray([3, 4], np.int32))
     assert draft.parents is not None and draft.token_ids[0] == 5
+
+
+def test_held_tokens_count_what_each_index_keeps() -> None:
+    pytest.importorskip("arctic_inference")
+    suffix = make_proposer("vllm-suffix", ProposerSettings(suffix_cached_requests=2))
+    agentspec = make_proposer("agentspec", ProposerSettings())
+    out = np.arange(50, 70, dtype=np.int32)
+    for i in range(3):
+        spec = CallSpec(f"c{i}", "s", "g", "t", i, "src")
+        prompt = np.arange(1, 11, dtype=np.int32)
+        for p in (suffix, agentspec):
+            p.begin_call(spec, prompt)
+            if i == 0 and p is suffix:
+                assert p.held_tokens() == 10  # the running request's prompt
+            p.observe(spec.call_id, out)
+            p.end_call(spec.call_id)
+    # vLLM's suffix cache keeps the responses of its last 2 requests, no prompt.
+    assert suffix.held_tokens() == 2 * len(out)
+    # agentspec keeps the session's stream (prompts and outputs) and each output again in
+    # its group and in the global corpus.
+    stats = agentspec.index.stats()
+    assert (stats.session_tokens, stats.group_tokens, stats.global_tokens) == (90, 60, 60)
+    assert agentspec.held_tokens() == 90 + 60 + 60
+    assert make_proposer("oracle", ProposerSettings()).held_tokens() == 0  # cannot tell
+
+
+def test_records_give_memory_per_held_token() -> None:
+    from agentspec.replay import ReplayConfig, run_replay
+
+    result = run_replay(ReplayConfig(proposers=("vllm-suffix", "agentspec", "oracle"), sources=("codet",), limit=3))
+    for name in ("vllm-suffix", "agentspec"):
+        per_token = result.record(name).bytes_per_held_token
+        assert per_token is not None and 20 < per_token < 20_000, (name, per_token)
+    assert result.record("oracle").bytes_per_held_token is None

@@ -8,7 +8,10 @@ a real ``tool_calls`` entry, and everything after that is LangChain's ordinary p
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,7 +24,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from pydantic import BaseModel, Field
 
-from agentspec.client import SessionNotFoundError
+from agentspec.client import SessionNotFoundError, SessionStats
 from agentspec.testing.stub import StubServer
 
 pytestmark = pytest.mark.server
@@ -46,6 +49,18 @@ def _hermes_call(name: str) -> str:
 
 
 FORCE_WEATHER_CALL: dict[str, Any] = {"structured_outputs": {"regex": _hermes_call("Weather")}}
+
+
+#: The server publishes a session's statistics a moment after each step.
+STATS_WAIT_S = 10.0
+
+
+def _published(read: Callable[[], SessionStats], calls: int) -> SessionStats:
+    """The statistics once they count ``calls`` calls (or the last read after the wait)."""
+    deadline = time.monotonic() + STATS_WAIT_S
+    while (stats := read()).calls < calls and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return stats
 
 
 def _uid(prefix: str) -> str:
@@ -121,13 +136,13 @@ def test_per_call_extra_body_keeps_the_models(agentspec_url: str) -> None:
 def test_seeds_reach_the_sessions_draft_index(llm: ChatAgentSpec) -> None:
     session = llm.session(_uid("seeded"))
     session.runnable.invoke("first turn")
-    before = session.stats()
+    before = _published(session.stats, calls=1)
     assert before.calls == 1
     session.seed("def handler(event, context):\n    return {'status': 200}\n", kind="document")
     session.repair("return {'status': 500}", feedback="expected 200")
     assert len(session.pending_seeds) == 3
     session.runnable.invoke("second turn")
-    after = session.stats()
+    after = _published(session.stats, calls=2)
     assert after.calls == 2
     assert after.seeded_tokens > before.seeded_tokens
     assert session.pending_seeds == []
@@ -140,7 +155,10 @@ async def test_async_session_stats(llm: ChatAgentSpec) -> None:
     await llm.ainvoke("hello", session_id=sid)
     chunks = [c async for c in llm.astream("again", session_id=sid)]
     assert chunks
-    assert (await llm.aget_session_stats(sid)).calls == 2
+    deadline = time.monotonic() + STATS_WAIT_S
+    while (stats := await llm.aget_session_stats(sid)).calls < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert stats.calls == 2
 
 
 # -- a LangGraph agent with a checkpointer -----------------------------------------------
@@ -197,8 +215,8 @@ def test_langgraph_thread_is_one_session(llm: ChatAgentSpec) -> None:
     assert len(messages_a) == 12
     assert sum(1 for m in messages_a if isinstance(m, AIMessage) and m.tool_calls) == 3
     # Two model calls per turn, all in the thread's own session; threads stay apart.
-    stats_a = llm.get_session_stats(thread_a)
-    stats_b = llm.get_session_stats(thread_b)
+    stats_a = _published(lambda: llm.get_session_stats(thread_a), calls=6)
+    stats_b = _published(lambda: llm.get_session_stats(thread_b), calls=4)
     assert (stats_a.calls, stats_b.calls) == (6, 4)
     # The group defaults to the session (the server may report it as None then).
     assert stats_a.group_id in (None, thread_a) and stats_b.group_id in (None, thread_b)
@@ -229,7 +247,8 @@ def test_langgraph_threads_pin_to_one_backend_each(agentspec_url: str) -> None:
         # Bounded load over two backends: four threads cannot all land on one.
         assert set(homes.values()) == {agentspec_url, stub.url}
         for thread, home in homes.items():
-            assert llm.get_session_stats(thread).calls == model_calls[thread]
+            stats = _published(lambda thread=thread: llm.get_session_stats(thread), calls=model_calls[thread])
+            assert stats.calls == model_calls[thread]
             on_stub = sum(1 for r in stub.generation_requests() if r.session_id == thread)
             assert on_stub == (model_calls[thread] if home == stub.url else 0)
     finally:
