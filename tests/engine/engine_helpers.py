@@ -112,3 +112,21 @@ def idle_stats(base: str, timeout: float = 10.0) -> dict[str, Any]:
         ),
         timeout,
     )
+
+
+def vllm_config_stand_in(num_speculative_tokens: int) -> Any:
+    """What the in-process proposer tests give ``AgentspecProposer`` for vLLM's config:
+    only the speculative, model and parallel settings it reads."""
+    from types import SimpleNamespace
+
+    spec = SimpleNamespace(
+        num_speculative_tokens=num_speculative_tokens,
+        suffix_decoding_max_tree_depth=24,
+        suffix_decoding_max_spec_factor=1.0,
+        suffix_decoding_min_token_prob=0.1,
+    )
+    return SimpleNamespace(
+        speculative_config=spec,
+        model_config=SimpleNamespace(max_model_len=4096, served_model_name="m"),
+        parallel_config=SimpleNamespace(data_parallel_rank=0),
+    )

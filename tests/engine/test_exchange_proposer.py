@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from engine_helpers import vllm_config_stand_in
 
 from agentspec.engine.config import EngineSettings
 
@@ -37,17 +38,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
 
 
 def _proposer(exchange_dir: Path, worker_name: str, *, exchange_ok: bool = True, share: bool = False):
-    spec = SimpleNamespace(
-        num_speculative_tokens=K,
-        suffix_decoding_max_tree_depth=24,
-        suffix_decoding_max_spec_factor=1.0,
-        suffix_decoding_min_token_prob=0.1,
-    )
-    config = SimpleNamespace(
-        speculative_config=spec,
-        model_config=SimpleNamespace(max_model_len=4096, served_model_name="m"),
-        parallel_config=SimpleNamespace(data_parallel_rank=0),
-    )
+    config = vllm_config_stand_in(K)
     settings = EngineSettings(exchange_dir=str(exchange_dir), exchange_interval_s=0.5, share_across_tenants=share)
     proposer = proposer_mod.AgentspecProposer(config, settings)  # type: ignore[arg-type]
     proposer.bind(publish=False, worker_name=worker_name, exchange_ok=exchange_ok)

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from engine_helpers import vllm_config_stand_in
 
 from agentspec.budget import BatchBudget
 from agentspec.engine.config import EngineSettings
@@ -21,17 +22,7 @@ K = 8
 
 
 def _proposer(settings: EngineSettings):
-    spec = SimpleNamespace(
-        num_speculative_tokens=K,
-        suffix_decoding_max_tree_depth=24,
-        suffix_decoding_max_spec_factor=1.0,
-        suffix_decoding_min_token_prob=0.1,
-    )
-    config = SimpleNamespace(
-        speculative_config=spec,
-        model_config=SimpleNamespace(max_model_len=4096, served_model_name="m"),
-        parallel_config=SimpleNamespace(data_parallel_rank=0),
-    )
+    config = vllm_config_stand_in(K)
     return proposer_mod.AgentspecProposer(config, settings)  # type: ignore[arg-type]
 
 

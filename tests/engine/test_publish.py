@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from engine_helpers import vllm_config_stand_in
 
 from agentspec.engine.config import EngineSettings
 
@@ -27,17 +27,7 @@ class _Clock:
 
 
 def _proposer(state_dir: Path):
-    spec = SimpleNamespace(
-        num_speculative_tokens=8,
-        suffix_decoding_max_tree_depth=24,
-        suffix_decoding_max_spec_factor=1.0,
-        suffix_decoding_min_token_prob=0.1,
-    )
-    config = SimpleNamespace(
-        speculative_config=spec,
-        model_config=SimpleNamespace(max_model_len=4096, served_model_name="m"),
-        parallel_config=SimpleNamespace(data_parallel_rank=0),
-    )
+    config = vllm_config_stand_in(8)
     settings = EngineSettings(state_dir=str(state_dir), publish_interval_s=0.2)
     return proposer_mod.AgentspecProposer(config, settings)  # type: ignore[arg-type]
 
