@@ -72,6 +72,15 @@ class IndexConfig(BaseModel):
         1_000_000, ge=1, description="Tokens one session or group may hold; older text is dropped first."
     )
     max_sessions: int = Field(10_000, ge=1, description="Sessions and groups held at once (LRU).")
+    session_idle_calls: int | None = Field(
+        2048,
+        ge=1,
+        description=(
+            "A session with no call in flight while this many calls started in the index drops"
+            " its prompts and outputs (seeds and counters stay; its next prompt indexes its"
+            " context again). None keeps them until the budgets evict them."
+        ),
+    )
 
     seed_max_tokens: int = Field(65_536, ge=1, description="Largest single seed.")
     seed_max_total_tokens: int = Field(

@@ -24,7 +24,7 @@ from agentspec.errors import DraftIndexError, SeedLimitError, UnknownCallError
 from agentspec.index.scopes import Scope, ScopeKey, ScopeKind, ScopeTable
 from agentspec.index.streams import Stream
 from agentspec.index.types import CallStart, Draft, IndexStats, Level, ScopeStats
-from agentspec.policy import IndexConfig
+from agentspec.policy import DraftPolicy, IndexConfig
 from agentspec.tokens import as_token_array
 from agentspec.wire import SeedKind
 
@@ -112,6 +112,7 @@ class DraftIndex:
         if group is not None:
             session.stats.group_id = group_key
 
+        self._scopes.call_started(session)
         stream, start = self._scopes.attach_stream(session, tokens)
         stream.writer = call_id
         session.stats.indexed_tokens += start.new_tokens
@@ -200,6 +201,7 @@ class DraftIndex:
             raise UnknownCallError(f"call {call_id!r} is not active (never started, or already finished)")
         call.stream.writer = None
         call.session.active_calls.pop(call_id, None)
+        self._scopes.call_finished(call.session)
         if call.group is not None:
             call.group.active_calls.pop(call_id, None)
         if call.global_seq is not None:
@@ -349,8 +351,24 @@ class DraftIndex:
 
     # ------------------------------------------------------------------ drafting
 
-    def _best_draft(self, call: _Call, context: np.ndarray, budget: int) -> tuple[TreeDraft, Level]:
-        policy = self.config.policy
+    def level_drafts(self, call_id: Hashable, policy: DraftPolicy | None = None) -> list[Draft]:
+        """Every tree's draft for the call's current context, most specific level first,
+        under ``policy`` (the index's own when None), without choosing or counting.
+
+        For analysis (``benchmarks/choice_headroom.py``): :meth:`propose` returns the one of
+        these with the highest calibrated score.
+        """
+        call = self._call(call_id)
+        policy = policy or self.config.policy
+        context = call.stream.tokens.tail(min(self._max_depth, policy.max_match_tokens))
+        drafts = []
+        for corpus, level in self._candidate_trees(call):
+            d = corpus.speculate(context, policy.max_spec_tokens, policy)
+            if d.token_ids:
+                drafts.append(Draft(d.token_ids, d.probs, d.score, d.match_len, level))
+        return drafts
+
+    def _candidate_trees(self, call: _Call) -> list[tuple[Corpus, Level]]:
         candidates: list[tuple[Corpus, Level]] = [
             (call.session.call_text, Level.CALL),
             (call.session.seed_text, Level.SESSION),
@@ -359,12 +377,16 @@ class DraftIndex:
             candidates += [(call.group.call_text, Level.GROUP), (call.group.seed_text, Level.GROUP)]
         if self._drafts_from_global(call) and call.global_seq is not None:
             candidates.append((self._global_text[call.tenant], Level.GLOBAL))
+        return candidates
+
+    def _best_draft(self, call: _Call, context: np.ndarray, budget: int) -> tuple[TreeDraft, Level]:
+        policy = self.config.policy
         calibration = self._calibration(call.tenant)
         best: TreeDraft | None = None
         best_level = Level.NONE
         best_score = 0.0
         # Ties go to the more specific level (listed first).
-        for corpus, level in candidates:
+        for corpus, level in self._candidate_trees(call):
             d = corpus.speculate(context, budget, policy)
             if not d.token_ids:
                 continue

@@ -6,6 +6,14 @@ for a group the outputs of its calls) and its seed text. Sessions and groups sha
 least-recently-used order and the budgets ``sessions_max_tokens`` and ``max_sessions``;
 ``session_max_tokens`` bounds each one. A scope with an active call is never evicted.
 
+A session idle for ``session_idle_calls`` calls (calls started anywhere in the index since
+its last call finished) gives up its call text, which is by far most of what it holds: its
+prompts, largely the same text again each turn. Its seeds and counters stay. A session that
+comes back after that is indexed again from its next prompt, which for an agent carries
+its whole context, so it loses only what that prompt no longer holds. Without this, the
+index keeps every finished trajectory's context until the budgets push it out (several GB
+with the default budgets), while vLLM's suffix method drops a prompt when its request ends.
+
 A call without a session gets a scope of its own (kind ``call``) that lives exactly as long
 as the call. Such scopes stay out of the LRU: they never count as sessions nor push real
 ones out.
@@ -56,6 +64,8 @@ class Scope:
     #: Each active call of the scope -> the sequence of ``call_text`` it appends to.
     active_calls: dict[Hashable, int] = field(default_factory=dict)
     ephemeral: bool = False
+    #: Sessions whose call text went idle and was dropped (see the module's docstring).
+    compactions: int = 0
 
     @property
     def tokens(self) -> int:
@@ -76,6 +86,10 @@ class ScopeTable:
         self._lru: OrderedDict[ScopeKey, Scope] = OrderedDict()
         self._call_scopes: dict[ScopeKey, Scope] = {}
         self._call_scope_ids = itertools.count()
+        # Calls started so far (the clock of idleness), and the sessions holding call text
+        # with no call in flight, by the clock reading when their last call finished.
+        self._calls_started = 0
+        self._idle_since: OrderedDict[ScopeKey, int] = OrderedDict()
         #: Tokens held by the trees of every scope.
         self.held_tokens = 0
         self.evicted_sessions = 0
@@ -104,6 +118,36 @@ class ScopeTable:
         held = self._call_scopes if scope.ephemeral else self._lru
         if held.pop(scope.key, None) is not None:
             self.held_tokens -= scope.tokens
+        self._idle_since.pop(scope.key, None)
+
+    # ------------------------------------------------------------------ idleness
+
+    def call_started(self, session: Scope) -> None:
+        """A call of ``session`` starts: it is busy, and the idleness clock ticks."""
+        self._calls_started += 1
+        self._idle_since.pop(session.key, None)
+        self._compact_idle()
+
+    def call_finished(self, session: Scope) -> None:
+        """A call of ``session`` finished; with none left in flight it starts being idle."""
+        if not session.active_calls and not session.ephemeral and session.key in self._lru:
+            self._idle_since[session.key] = self._calls_started
+
+    def _compact_idle(self) -> None:
+        limit = self._config.session_idle_calls
+        if limit is None:
+            return
+        while self._idle_since:
+            key, since = next(iter(self._idle_since.items()))
+            if self._calls_started - since <= limit:
+                break
+            del self._idle_since[key]
+            session = self._lru.get(key)
+            if session is not None and not session.active_calls:
+                freed = self.clear_call_text(session)
+                session.streams = []
+                session.compactions += 1
+                self.evicted_tokens += freed
 
     def sessions(self) -> list[Scope]:
         return [s for s in self._lru.values() if s.key.kind is ScopeKind.SESSION]

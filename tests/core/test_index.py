@@ -298,6 +298,44 @@ def test_active_sessions_are_not_evicted():
     assert index.stats().sessions <= 2
 
 
+def test_an_idle_session_drops_its_prompts_keeps_its_seeds_and_redrafts_from_its_next_prompt():
+    index = DraftIndex(IndexConfig(session_idle_calls=3))
+    history = list(range(100, 160))
+    index.seed([1, 2, 3, 4, 5, 6, 1, 2], session_id="old")
+    index.start_call("o1", history, session_id="old")
+    index.extend_call("o1", [7, 7, 7])
+    index.finish_call("o1")
+    held = index.session_stats("old").held_tokens
+    assert held >= len(history) + 3 + 8
+    for i in range(3):  # three other calls: "old" is idle for 3 calls, not more
+        index.start_call(f"x{i}", [9000 + i], session_id=f"busy{i}")
+        index.finish_call(f"x{i}")
+    assert index.session_stats("old").held_tokens == held
+    index.start_call("x3", [9999], session_id="busy3")  # the fourth: "old" is compacted
+    stats = index.session_stats("old")
+    assert stats.held_tokens == 8 and stats.seeded_tokens == 8 and stats.calls == 1
+    assert index.stats().evicted_tokens == held - 8
+    # Its seeds still draft, and its next prompt (its whole context) is indexed again.
+    index.start_call("o2", [*history, 7, 7, 7, 1, 2], session_id="old")
+    assert index.propose("o2").token_ids[:2] == [3, 4]
+    index.finish_call("o2")
+    index.start_call("o3", [*history[:20]], session_id="old")
+    assert index.propose("o3").token_ids[:4] == history[20:24]
+
+
+def test_a_session_with_a_call_in_flight_is_never_compacted_and_none_turns_compaction_off():
+    for idle in (1, None):
+        index = DraftIndex(IndexConfig(session_idle_calls=idle))
+        index.start_call("long", list(range(50)), session_id="busy")
+        index.start_call("done", list(range(200, 250)), session_id="idle")
+        index.finish_call("done")
+        for i in range(5):
+            index.start_call(f"x{i}", [1000 + i])
+            index.finish_call(f"x{i}")
+        assert index.session_stats("busy").held_tokens == 50
+        assert index.session_stats("idle").held_tokens == (50 if idle is None else 0)
+
+
 def test_session_less_calls_never_push_sessions_out():
     index = DraftIndex(IndexConfig(max_sessions=2))
     index.start_call("a", [1, 2, 3], session_id="a")
@@ -417,3 +455,25 @@ def test_peer_outputs_are_drafted_at_the_global_level_within_its_budget():
     with pytest.raises(DraftIndexError, match="peer output tokens must be non-negative"):
         index.add_peer_output([1, -2])
     assert DraftIndex(NO_GLOBAL).add_peer_output([1, 2, 3]) == 0
+
+
+def test_level_drafts_lists_every_levels_draft_and_propose_takes_one_of_them():
+    index = DraftIndex()
+    index.seed([1, 2, 30, 31, 32], session_id="s")
+    index.start_call("sib", [7, 7], session_id="other", group_id="g")
+    index.extend_call("sib", [1, 2, 40, 41])
+    index.finish_call("sib")
+    index.start_call("c", [1, 2, 50, 51, 52, 9, 1, 2], session_id="s", group_id="g")
+    drafts = index.level_drafts("c")
+    by_level = {d.level: d.token_ids for d in drafts}
+    assert by_level[Level.CALL][:3] == [50, 51, 52]
+    assert by_level[Level.SESSION][:3] == [30, 31, 32]
+    assert by_level[Level.GROUP][:2] == by_level[Level.GLOBAL][:2] == [40, 41]
+    order = [Level.CALL, Level.SESSION, Level.GROUP, Level.GLOBAL]
+    assert [d.level for d in drafts] == sorted(by_level, key=order.index)
+    stats_before = index.stats().drafts_by_level
+    assert index.propose("c").token_ids in [d.token_ids for d in drafts]
+    # level_drafts neither chose nor counted; propose counted once.
+    assert sum(index.stats().drafts_by_level.values()) == sum(stats_before.values()) + 1
+    long = index.level_drafts("c", DraftPolicy(max_spec_factor=8.0, min_token_prob=0.0))
+    assert max(len(d.token_ids) for d in long) >= max(len(d.token_ids) for d in drafts)
