@@ -31,10 +31,11 @@ def as_token_array(tokens: Sequence[int] | np.ndarray, what: str = "token ids") 
         return np.ascontiguousarray(tokens)
     if type(tokens) is list and len(tokens) <= 64 and all(type(t) is int for t in tokens):
         # The other hot path: a decoding step's few tokens as Python ints (the driver's).
-        if tokens and min(tokens) < 0:
-            raise DraftIndexError(f"{what} must be non-negative, got {min(tokens)}")
-        if tokens and max(tokens) > _INT32_MAX:
-            raise DraftIndexError(f"{what} must fit in int32, got {max(tokens)}")
+        low, high = (min(tokens), max(tokens)) if tokens else (0, 0)
+        if low < 0:
+            raise DraftIndexError(f"{what} must be non-negative, got {low}")
+        if high > _INT32_MAX:
+            raise DraftIndexError(f"{what} must fit in int32, got {high}")
         return np.array(tokens, dtype=np.int32)
     if isinstance(tokens, (str, bytes)):
         raise DraftIndexError(f"{what} must be a sequence of integers, got {type(tokens).__name__}")

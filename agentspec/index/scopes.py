@@ -64,8 +64,6 @@ class Scope:
     #: Each active call of the scope -> the sequence of ``call_text`` it appends to.
     active_calls: dict[Hashable, int] = field(default_factory=dict)
     ephemeral: bool = False
-    #: Sessions whose call text went idle and was dropped (see the module's docstring).
-    compactions: int = 0
 
     @property
     def tokens(self) -> int:
@@ -142,12 +140,8 @@ class ScopeTable:
             if self._calls_started - since <= limit:
                 break
             del self._idle_since[key]
-            session = self._lru.get(key)
-            if session is not None and not session.active_calls:
-                freed = self.clear_call_text(session)
-                session.streams = []
-                session.compactions += 1
-                self.evicted_tokens += freed
+            # Still held (an evicted one left this order) and idle (a new call removed it).
+            self.evicted_tokens += self.clear_call_text(self._lru[key])
 
     def sessions(self) -> list[Scope]:
         return [s for s in self._lru.values() if s.key.kind is ScopeKind.SESSION]
@@ -172,9 +166,10 @@ class ScopeTable:
         return n
 
     def clear_call_text(self, scope: Scope) -> int:
-        """Forget every text calls wrote into a group (its seeds stay); returns the tokens."""
+        """Forget every text calls wrote into a scope (its seeds stay); returns the tokens."""
         n = scope.call_text.tokens
         scope.call_text = Corpus(self._max_depth)
+        scope.streams = []
         scope.active_calls.clear()
         self.held_tokens -= n
         return n
