@@ -279,6 +279,25 @@ class RequestDriver:
                 self.budget.observe_draft(req.last_cap, 0, 0)  # nothing to verify
         return draft
 
+    def may_draft(self, req_id: str) -> bool:
+        """Whether any drafter may draft for the request: it has not emitted its stop."""
+        req = self._requests.get(req_id)
+        return req is None or not req.done
+
+    def withdraw(self, req_id: str) -> None:
+        """The request's last draft will not be verified (the hybrid sent a model
+        drafter's instead): it is taken back from the index and the statistics."""
+        req = self._requests.get(req_id)
+        if req is None or not req.last_draft_len:
+            return
+        lengths = self.distributions["draft_length"]
+        lengths[req.last_draft_len] -= 1
+        if not lengths[req.last_draft_len]:
+            del lengths[req.last_draft_len]
+        req.last_draft_len = 0
+        if self.index.has_call(req_id):
+            self.index.withdraw_draft(req_id)
+
     def disable(self, req_id: str) -> None:
         """Run the request without speculation from now on (e.g. the index refused it)."""
         req = self._requests.setdefault(req_id, _Request(RequestSpec()))

@@ -23,6 +23,20 @@ from agentspec.speed import parse_speed_model
 ENV_CONFIG = "AGENTSPEC_ENGINE_CONFIG"
 
 
+class DrafterSettings(BaseModel):
+    """A model drafter beside the draft index (hybrid drafting, see docs/engine.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(
+        ...,
+        min_length=1,
+        description="The draft model: a folder or Hugging Face id of a small model with the target's vocabulary.",
+    )
+    num_tokens: int = Field(
+        4, ge=1, description="Tokens the model drafter drafts per step (its autoregressive passes)."
+    )
+
 
 class EngineSettings(BaseModel):
     """What ``agentspec serve`` decides for the server's processes.
@@ -93,6 +107,14 @@ class EngineSettings(BaseModel):
         ),
     )
     exchange_interval_s: float = Field(0.5, gt=0, description="Least time between two polls of the exchange folder.")
+
+    drafter: DrafterSettings | None = Field(
+        None,
+        description=(
+            "A model drafter for the steps the index has no confident draft for (vLLM's"
+            " draft_model method, with the index beside it). None: the index alone."
+        ),
+    )
 
     @model_validator(mode="after")
     def _batches_ordered(self) -> EngineSettings:

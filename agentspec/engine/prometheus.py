@@ -104,6 +104,12 @@ def _distribution(name: str) -> Callable[..., Any]:
 
 
 _LEVEL = ("level",)
+_PATH = ("path",)
+_PATHS = ("suffix", "model", "none")
+
+
+def _per_path(suffix: str) -> Callable[..., Any]:
+    return lambda snap: [((p,), snap.get("engine", {}).get(f"{p}_{suffix}", 0)) for p in _PATHS]
 
 #: Every agentspec series, in the order ``/metrics`` shows them.
 SERIES: tuple[Series, ...] = (
@@ -120,6 +126,22 @@ SERIES: tuple[Series, ...] = (
     Series("agentspec_accepted_tokens_per_draft", "histogram",
            "Draft tokens the target model accepted, per non-empty draft.", (),
            _distribution("accepted_tokens_per_draft")),
+    # Hybrid drafting (--agentspec-drafter): by path, suffix (the index), model (the
+    # draft model) or none (a step without a draft); the drafter's passes.
+    Series("agentspec_path_drafts", "counter",
+           "Drafts sent for verification, by path (suffix, model; none: steps without a draft).", _PATH,
+           _per_path("drafts_total")),
+    Series("agentspec_path_draft_tokens", "counter", "Draft tokens sent for verification, by path.", _PATH,
+           _per_path("draft_tokens_total")),
+    Series("agentspec_path_accepted_tokens", "counter", "Draft tokens the target model accepted, by path.", _PATH,
+           _per_path("accepted_tokens_total")),
+    Series("agentspec_drafter_runs", "counter", "Steps that ran the draft model's draft passes.", (),
+           _value("engine", "drafter_runs_total")),
+    Series("agentspec_drafter_runs_skipped", "counter",
+           "Steps whose draft passes were skipped: every request took the index's draft.", (),
+           _value("engine", "drafter_runs_skipped_total")),
+    Series("agentspec_drafter_seconds", "counter", "Time in the draft model (all its passes).", (),
+           _value("engine", "drafter_seconds_total")),
     # The index.
     Series("agentspec_sessions", "gauge", "Sessions held by the draft index.", (), _value("index", "sessions")),
     Series("agentspec_groups", "gauge", "Groups held by the draft index.", (), _value("index", "groups")),

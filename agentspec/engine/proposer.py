@@ -16,9 +16,8 @@ drives its own suffix method: same call, same verification, same scheduling. Wha
 - with ``exchange_dir`` set, it shares finished outputs with the other replicas of the
   model and indexes theirs into its global corpus (:mod:`agentspec.engine.exchange`).
 
-A seam for the hybrid with a model drafter (EAGLE / draft model): :meth:`_draft` returns
-the index's :class:`~agentspec.index.Draft` with its score, so a future fallback can pick,
-per request, between it and a model drafter's proposal. Not implemented yet.
+All of this but the drafting itself is :class:`SessionDrafting`'s, which the hybrid
+proposer (:mod:`agentspec.engine.hybrid`, the index beside a draft model) shares.
 
 Everything it does with a request (seeds, clipping at the stop, verification records,
 budget) is :class:`agentspec.driver.RequestDriver`'s, which the replay benchmark runs too;
@@ -59,17 +58,19 @@ from agentspec.speed import parse_speed_model
 logger = logging.getLogger("vllm.agentspec.proposer")
 
 
-class AgentspecProposer(SuffixDecodingProposer):
-    """Session-aware suffix drafting with the interface of vLLM's suffix proposer.
-
-    The parent's constructor is deliberately not called: it builds arctic-inference's
-    ``SuffixDecodingCache``, which :class:`~agentspec.index.DraftIndex` replaces.
+class SessionDrafting:
+    """What every agentspec proposer does besides proposing: it learns requests' sessions
+    and seeds, indexes their text, releases them when vLLM says they finished, exchanges
+    outputs with peer replicas and publishes statistics. The plugin calls these methods
+    (:meth:`bind`, :meth:`on_request_added`, :meth:`on_requests_finished`,
+    :meth:`on_step_end`); a proposer class mixes this in beside the vLLM proposer whose
+    place it takes, and calls :meth:`_init_session_drafting` from its constructor.
     """
 
-    def __init__(self, vllm_config: VllmConfig, settings: EngineSettings | None = None) -> None:
+    def _init_session_drafting(self, vllm_config: VllmConfig, settings: EngineSettings | None = None) -> None:
         spec = vllm_config.speculative_config
         if spec is None:
-            raise ValueError("AgentspecProposer needs a speculative config")
+            raise ValueError(f"{type(self).__name__} needs a speculative config")
         self.settings = settings or load_settings()
         self.num_speculative_tokens: int = spec.num_speculative_tokens
         # The labels vLLM's own series carry, for ours (see agentspec.engine.prometheus).
@@ -213,60 +214,24 @@ class AgentspecProposer(SuffixDecodingProposer):
         if records:
             self._dirty = True
 
-    # ------------------------------------------------------------------ vLLM's proposer interface
+    # ------------------------------------------------------------------ drafting, shared
 
-    def propose(  # type: ignore[override]
-        self,
-        num_speculative_tokens: int,
-        input_batch: Any,
-        sampled_token_ids: list[list[int]],
-        slot_mappings: Any = None,  # unused, as in vLLM's suffix proposer
-    ) -> list[list[int]]:
-        """Draft for every request in the batch (``[]`` where there is nothing to draft)."""
-        started = perf_counter()
-        budget = self.driver.budget_for(len(sampled_token_ids), num_speculative_tokens)
-        drafts: list[list[int]] = []
-        for i, sampled in enumerate(sampled_token_ids):
-            if not sampled:  # a partial prefill: nothing sampled, nothing to draft
-                drafts.append([])
-                continue
-            req_id = input_batch.req_ids[i]
-            num_tokens = int(input_batch.num_tokens_no_spec[i])
-            try:
-                draft = self._draft(input_batch, i, req_id, sampled, num_tokens, budget)
-            except DraftIndexError as exc:
-                # Never fail the engine over drafting: this request runs unspeculated.
-                logger.warning("request %s: drafting disabled: %s", req_id, exc)
-                self.driver.disable(req_id)
-                draft = None
-            drafts.append(draft.token_ids if draft is not None else [])
-        if self.driver.budget is not None and drafts:
-            rows = len(drafts)
-            self.driver.budget.observe_step(
-                rows,
-                float(input_batch.num_tokens_no_spec[:rows].sum()) / rows,
-                (perf_counter() - started) / rows,
-                budget > 0,
-            )
-        self._dirty = True
-        self.publish()
-        return drafts
-
-    def _draft(
-        self, input_batch: Any, i: int, req_id: str, sampled: list[int], num_tokens: int, budget: int
-    ) -> Draft | None:
+    def _begin_or_settle(self, input_batch: Any, i: int, req_id: str, sampled: list[int], num_tokens: int) -> None:
+        """Bring the index up to date with request ``req_id`` (row ``i``), whose
+        ``num_tokens`` tokens so far end with this step's ``sampled`` ones: start its call
+        if it is new, else record how much of its last draft the target accepted."""
         driver = self.driver
         if not driver.begun(req_id):
             num_prompt = int(input_batch.num_prompt_tokens[i])
             row = input_batch.token_ids_cpu[i]
+            before = num_tokens - len(sampled)
             # Everything generated so far: normally the first sampled token; more if the
             # request is first seen late (e.g. resumed).
-            driver.begin(req_id, row[:num_prompt], row[num_prompt:num_tokens].tolist())
+            driver.begin(req_id, row[:num_prompt], [*row[num_prompt:before].tolist(), *sampled])
         else:
             # vLLM returns the accepted draft tokens plus one sampled token.
             driver.verified(req_id, len(sampled) - 1, sampled)
             driver.advance(req_id, sampled)
-        return driver.draft(req_id, min(budget, self.max_model_len - num_tokens - 1))
 
     # ------------------------------------------------------------------ statistics
 
@@ -309,6 +274,62 @@ class AgentspecProposer(SuffixDecodingProposer):
         took = time.monotonic() - now
         self._next_publish = now + max(self.settings.publish_interval_s, _PUBLISH_COST_FACTOR * took)
         self._dirty = False
+
+
+class AgentspecProposer(SessionDrafting, SuffixDecodingProposer):
+    """Session-aware suffix drafting with the interface of vLLM's suffix proposer.
+
+    The parent's constructor is deliberately not called: it builds arctic-inference's
+    ``SuffixDecodingCache``, which :class:`~agentspec.index.DraftIndex` replaces.
+    """
+
+    def __init__(self, vllm_config: VllmConfig, settings: EngineSettings | None = None) -> None:
+        self._init_session_drafting(vllm_config, settings)
+
+    # ------------------------------------------------------------------ vLLM's proposer interface
+
+    def propose(  # type: ignore[override]
+        self,
+        num_speculative_tokens: int,
+        input_batch: Any,
+        sampled_token_ids: list[list[int]],
+        slot_mappings: Any = None,  # unused, as in vLLM's suffix proposer
+    ) -> list[list[int]]:
+        """Draft for every request in the batch (``[]`` where there is nothing to draft)."""
+        started = perf_counter()
+        budget = self.driver.budget_for(len(sampled_token_ids), num_speculative_tokens)
+        drafts: list[list[int]] = []
+        for i, sampled in enumerate(sampled_token_ids):
+            if not sampled:  # a partial prefill: nothing sampled, nothing to draft
+                drafts.append([])
+                continue
+            req_id = input_batch.req_ids[i]
+            num_tokens = int(input_batch.num_tokens_no_spec[i])
+            try:
+                draft = self._draft(input_batch, i, req_id, sampled, num_tokens, budget)
+            except DraftIndexError as exc:
+                # Never fail the engine over drafting: this request runs unspeculated.
+                logger.warning("request %s: drafting disabled: %s", req_id, exc)
+                self.driver.disable(req_id)
+                draft = None
+            drafts.append(draft.token_ids if draft is not None else [])
+        if self.driver.budget is not None and drafts:
+            rows = len(drafts)
+            self.driver.budget.observe_step(
+                rows,
+                float(input_batch.num_tokens_no_spec[:rows].sum()) / rows,
+                (perf_counter() - started) / rows,
+                budget > 0,
+            )
+        self._dirty = True
+        self.publish()
+        return drafts
+
+    def _draft(
+        self, input_batch: Any, i: int, req_id: str, sampled: list[int], num_tokens: int, budget: int
+    ) -> Draft | None:
+        self._begin_or_settle(input_batch, i, req_id, sampled, num_tokens)
+        return self.driver.draft(req_id, min(budget, self.max_model_len - num_tokens - 1))
 
 
 #: A busy engine waits this many times a snapshot's cost before writing the next one.

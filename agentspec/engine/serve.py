@@ -18,6 +18,10 @@ option is refused. A ``--speculative-config`` of your own replaces
 the default (it must keep ``method: suffix``). The command is equivalent to the plain
 vLLM invocation documented in docs/engine.md; ``--agentspec-dry-run`` prints it.
 
+With ``--agentspec-drafter MODEL`` (hybrid drafting) the speculative method is vLLM's
+``draft_model`` with that model, the index beside it, and async scheduling off (the index
+reads each step's tokens on the CPU, as vLLM's suffix method does).
+
 Serving needs the ``serve`` extra (``cpu`` on CPUs); without it the command says so and
 exits. This module itself imports neither vLLM nor the draft index, so the command's
 options are there in the base install.
@@ -40,7 +44,7 @@ import typer
 
 from agentspec import wire
 from agentspec._extras import missing_message
-from agentspec.engine.config import ENV_CONFIG, EngineSettings
+from agentspec.engine.config import ENV_CONFIG, DrafterSettings, EngineSettings
 from agentspec.engine.vllm_args import (
     VllmArgsError,
     split_model,
@@ -71,6 +75,19 @@ def default_speculative_config(policy: DraftPolicy | None = None) -> dict[str, A
     }
 
 
+def hybrid_speculative_config(drafter: DrafterSettings, policy: DraftPolicy | None = None) -> dict[str, Any]:
+    """vLLM's ``--speculative-config`` for hybrid drafting: vLLM's ``draft_model`` method
+    with the drafter, as long as the index's longest draft (the scheduler's and the
+    verifier's limit); the drafter itself drafts ``drafter.num_tokens`` per step."""
+    spec = default_speculative_config(policy)
+    if drafter.num_tokens > spec["num_speculative_tokens"]:
+        raise ValueError(
+            f"--agentspec-drafter-tokens {drafter.num_tokens} is more than the longest draft"
+            f" ({spec['num_speculative_tokens']} tokens)"
+        )
+    return {**spec, "method": "draft_model", "model": drafter.model}
+
+
 def _has_option(args: list[str], *names: str) -> bool:
     return any(a == n or a.startswith(n + "=") for a in args for n in names)
 
@@ -84,12 +101,22 @@ def _option_value(args: list[str], name: str) -> str | None:
     return None
 
 
-def build_command(model: str, vllm_args: list[str], python: str | None = None) -> list[str]:
-    """The vLLM command line ``agentspec serve`` runs. Raises ``ValueError`` on a
-    ``--speculative-config`` that agentspec cannot serve."""
+def build_command(
+    model: str, vllm_args: list[str], python: str | None = None, drafter: DrafterSettings | None = None
+) -> list[str]:
+    """The vLLM command line ``agentspec serve`` runs (with ``drafter``: hybrid drafting).
+    Raises ``ValueError`` on options agentspec cannot serve."""
     args = list(vllm_args)
     spec = _option_value(args, "--speculative-config")
-    if spec is not None:
+    if drafter is not None:
+        if spec is not None:
+            raise ValueError("--agentspec-drafter sets the speculative config: drop --speculative-config")
+        if _has_option(args, "--async-scheduling"):
+            raise ValueError("--agentspec-drafter runs without async scheduling: drop --async-scheduling")
+        args += ["--speculative-config", json.dumps(hybrid_speculative_config(drafter))]
+        if not _has_option(args, "--no-async-scheduling"):
+            args.append("--no-async-scheduling")
+    elif spec is not None:
         try:
             method = json.loads(spec).get("method")
         except (ValueError, AttributeError):
@@ -97,7 +124,7 @@ def build_command(model: str, vllm_args: list[str], python: str | None = None) -
         if method != "suffix":
             raise ValueError(
                 f"agentspec drafts through vLLM's suffix method; --speculative-config has method {method!r}"
-                " (a hybrid with model drafters is not available yet)"
+                " (for a model drafter beside the index, use --agentspec-drafter)"
             )
     else:
         args += ["--speculative-config", json.dumps(default_speculative_config())]
@@ -164,6 +191,18 @@ def serve(
             " Reveals text across tenants through acceptance and timing: see docs/security.md.",
         ),
     ] = False,
+    drafter: Annotated[
+        str | None,
+        typer.Option(
+            "--agentspec-drafter",
+            help="A draft model (folder or Hugging Face id, the target's vocabulary) that drafts the steps the"
+            " index has no confident draft for: hybrid drafting (docs/engine.md).",
+            metavar="MODEL",
+        ),
+    ] = None,
+    drafter_tokens: Annotated[
+        int, typer.Option("--agentspec-drafter-tokens", help="Tokens the draft model drafts per step.")
+    ] = 4,
     dry_run: Annotated[
         bool, typer.Option("--agentspec-dry-run", help="Print the vLLM command and environment, don't run.")
     ] = False,
@@ -192,6 +231,14 @@ def serve(
             parse_speed_model(speed_model)
         except ValueError as exc:
             _fail(str(exc), 2)
+    drafter_settings = None
+    if drafter is not None:
+        if drafter_tokens < 1:
+            _fail(f"--agentspec-drafter-tokens must be at least 1, got {drafter_tokens}", 2)
+        try:
+            drafter_settings = DrafterSettings(model=drafter_model(drafter), num_tokens=drafter_tokens)
+        except ValueError as exc:
+            _fail(f"--agentspec-drafter: {exc}", 2)
     made_state_dir = state_dir is None
     if state_dir is None:
         state_dir = tempfile.mkdtemp(prefix="agentspec-state-") if not dry_run else "<temporary folder>"
@@ -206,10 +253,11 @@ def serve(
             max_seed_tokens_per_request=max_seed_tokens,
             exchange_dir=os.path.abspath(exchange_dir) if exchange_dir else None,
             share_across_tenants=share_across_tenants,
+            drafter=drafter_settings,
         )
-        cmd = build_command(model, vllm_args)
+        cmd = build_command(model, vllm_args, drafter=drafter_settings)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        _fail(str(exc), 2)
 
     if dry_run:
         typer.echo(f"{ENV_CONFIG}={shlex.quote(build_env(settings, {})[ENV_CONFIG])} {shlex.join(cmd)}")
@@ -219,6 +267,19 @@ def serve(
     finally:
         if made_state_dir:
             shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def drafter_model(name: str) -> str:
+    """The drafter as vLLM should load it: an existing folder as an absolute path, or a
+    Hugging Face id (``org/name``). Raises ``ValueError`` for a folder that is not there."""
+    if os.path.exists(name):
+        if not os.path.isfile(os.path.join(name, "config.json")):
+            raise ValueError(f"{name} has no config.json: not a model folder")
+        return os.path.abspath(name)
+    parts = name.split("/")
+    if len(parts) == 2 and all(parts) and not name.startswith((".", "~")):
+        return name
+    raise ValueError(f"no such model folder: {name}")
 
 
 def _fail(message: str, code: int) -> NoReturn:

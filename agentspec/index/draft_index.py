@@ -169,6 +169,17 @@ class DraftIndex:
         counts.drafted_tokens += len(best.token_ids)
         return Draft(best.token_ids, best.probs, best.score, best.match_len, level)
 
+    def withdraw_draft(self, call_id: Hashable) -> None:
+        """Take back the call's last draft: it was not sent for verification (another
+        drafter's was, in the hybrid), so it counts as neither proposed nor verified."""
+        call = self._call(call_id)
+        if call.last_level is not Level.NONE:
+            counts = self._level_counts[call.last_level.value]
+            counts.drafts -= 1
+            counts.drafted_tokens -= len(call.last_probs)
+        call.last_level = Level.NONE
+        call.last_probs = []
+
     def record_verification(self, call_id: Hashable, drafted: int, accepted: int) -> None:
         """Record how many of the last draft's tokens the target model accepted."""
         call = self._call(call_id)

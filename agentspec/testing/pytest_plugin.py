@@ -114,7 +114,7 @@ class _Servers:
         self.servers: dict[str, object] = {}
 
     def _launch(self, kind: str) -> None:
-        from agentspec.engine.config import EngineSettings
+        from agentspec.engine.config import DrafterSettings, EngineSettings
         from agentspec.testing.server import VLLMServer
 
         if kind in self.servers:
@@ -124,6 +124,15 @@ class _Servers:
             # tenant tests see the leak isolation prevents on the other.
             settings = EngineSettings(
                 index=TEST_INDEX_CONFIG, exchange_dir=str(self.exchange_dir), share_across_tenants=kind == "peer"
+            )
+            server = VLLMServer.launch(
+                self.model_dir, agentspec=True, settings=settings, log_dir=self.log_dir, python=server_python()
+            )
+        elif kind == "hybrid":
+            # The target is its own drafter: a draft model that always agrees with the
+            # target, so any fault in the draft KV cache shows as a rejected model draft.
+            settings = EngineSettings(
+                index=TEST_INDEX_CONFIG, drafter=DrafterSettings(model=str(self.model_dir), num_tokens=4)
             )
             server = VLLMServer.launch(
                 self.model_dir, agentspec=True, settings=settings, log_dir=self.log_dir, python=server_python()
@@ -178,6 +187,8 @@ def _vllm_servers(
             wanted.add("plain")
         if "agentspec_secured_server" in names:
             wanted.add("secured")
+        if "agentspec_hybrid_server" in names:
+            wanted.add("hybrid")
     servers = _Servers(
         tiny_model_dir, tmp_path_factory.mktemp("vllm-logs"), tmp_path_factory.mktemp("exchange"), wanted
     )
@@ -211,3 +222,10 @@ def agentspec_secured_server(_vllm_servers: _Servers):
     requests must send ``Authorization: Bearer <key>``. It runs two API servers
     (``--api-server-count 2``)."""
     return _vllm_servers.get("secured")
+
+
+@pytest.fixture(scope="session")
+def agentspec_hybrid_server(_vllm_servers: _Servers):
+    """``agentspec serve --agentspec-drafter`` on the tiny model, hybrid drafting with the
+    tiny model as its own draft model (4 tokens per model draft)."""
+    return _vllm_servers.get("hybrid")

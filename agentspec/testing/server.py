@@ -97,7 +97,7 @@ class VLLMServer:
             state_dir = Path(tempfile.mkdtemp(prefix="agentspec-state-"))
             owned.append(state_dir)
             settings = (settings or EngineSettings()).model_copy(update={"state_dir": str(state_dir)})
-            cmd = build_command(str(model_dir), args, python=python)
+            cmd = build_command(str(model_dir), args, python=python, drafter=settings.drafter)
             env = build_env(settings)
         else:
             cmd = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), *args]

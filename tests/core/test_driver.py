@@ -252,3 +252,23 @@ def test_a_stop_inside_the_accepted_draft_ends_the_credit() -> None:
     assert d.draft("b", 6) is not None
     d.verified("b", 6, OUTPUT[1:8])  # the stop is the 3rd emitted token: 3 kept
     assert d.index.session_stats("s").accepted_tokens == 3
+
+
+def test_a_withdrawn_draft_counts_as_neither_proposed_nor_verified() -> None:
+    """The hybrid computes the index's draft, then sends the model drafter's instead."""
+    d = _driver()
+    d.admit("a", RequestSpec("s", None))
+    d.begin("a", PROMPT + OUTPUT)
+    d.advance("a", OUTPUT[:2])
+    draft = d.draft("a", 6)
+    assert draft is not None and (n := len(draft.token_ids)) > 0
+    before = d.index.stats()
+    assert before.drafts_by_level[draft.level.value] == 1 and d.distributions["draft_length"][n] == 1
+    d.withdraw("a")
+    after = d.index.stats()
+    assert after.drafts_by_level[draft.level.value] == 0 and after.drafted_tokens_by_level[draft.level.value] == 0
+    assert n not in d.distributions["draft_length"] and d.last_draft_len("a") == 0
+    d.verified("a", 4)  # the verification of the model's draft is not the index's
+    stats = d.index.session_stats("s")
+    assert stats is not None and stats.drafted_tokens == 0 and after.accepted_tokens_by_level[draft.level.value] == 0
+    assert d.may_draft("a")

@@ -52,6 +52,26 @@ def test_other_methods_refused() -> None:
         build_command("m", ["--speculative-config", '{"method": "eagle"}'])
 
 
+def test_cli_drafter_runs_vllms_draft_model_method_without_async_scheduling(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    result = CliRunner().invoke(
+        _app(), ["serve", "m", "--agentspec-drafter", str(tmp_path), "--agentspec-drafter-tokens", "5", "--agentspec-dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    env, *command = shlex.split(result.output)
+    spec = json.loads(command[command.index("--speculative-config") + 1])
+    # vLLM verifies drafts as long as the index's longest; the model drafts 5 of them.
+    assert spec["method"] == "draft_model" and spec["model"] == str(tmp_path) and spec["num_speculative_tokens"] == 32
+    assert "--no-async-scheduling" in command
+    settings = json.loads(env.split("=", 1)[1])
+    assert settings["drafter"] == {"model": str(tmp_path), "num_tokens": 5}
+
+
+def test_cli_drafter_folder_must_hold_a_model(tmp_path: Path) -> None:
+    result = CliRunner().invoke(_app(), ["serve", "m", "--agentspec-drafter", str(tmp_path), "--agentspec-dry-run"])
+    assert result.exit_code == 2 and "has no config.json: not a model folder" in result.output
+
+
 def test_env_turns_plugin_on() -> None:
     env = build_env(EngineSettings(full_draft_batch=4), base={})
     settings = json.loads(env[ENV_CONFIG])
@@ -114,13 +134,23 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["m", "--agentspec-bogus", "3"], "no such option: --agentspec-bogus (agentspec's options: --agentspec-dry-run,"),
+        (["m", "--agentspec-bogus", "3"], "no such option: --agentspec-bogus (agentspec's options: --agentspec-drafter,"),
         (["m", "--agentspec-bogus=3"], "no such option: --agentspec-bogus "),
         (["m", "--no-such-vllm-option", "1"], "vLLM's options: unrecognized arguments: --no-such-vllm-option 1"),
         (["m", "--max-model-len"], "vLLM's options: argument --max-model-len: expected one argument"),
         (["--port", "8000"], "no model: give it first (agentspec serve MODEL ...) or as --model MODEL"),
         (["a", "--model", "b"], "two models: 'a' and --model 'b'"),
         (["m", "--agentspec-speed-model", "tpu:8b"], "speed model 'tpu:8b': expected GPU:MODEL with GPU one of"),
+        (["m", "--agentspec-drafter", "./no/such/drafter"], "--agentspec-drafter: no such model folder: ./no/such/drafter"),
+        (["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-tokens", "0"], "--agentspec-drafter-tokens must be at least 1, got 0"),
+        (["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-tokens", "33"],
+         "--agentspec-drafter-tokens 33 is more than the longest draft (32 tokens)"),
+        (["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"method": "suffix"}'],
+         "--agentspec-drafter sets the speculative config: drop --speculative-config"),
+        (["m", "--agentspec-drafter", "org/drafter", "--async-scheduling"],
+         "--agentspec-drafter runs without async scheduling: drop --async-scheduling"),
+        (["m", "--speculative-config", '{"method": "draft_model", "model": "d"}'],
+         "--speculative-config has method 'draft_model' (for a model drafter beside the index, use --agentspec-drafter)"),
     ],
 )
 def test_bad_invocations_get_one_line_and_exit_2(args: list[str], message: str) -> None:

@@ -238,3 +238,41 @@ def test_cpu_worker_runner_choice() -> None:
     from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
     assert cpu.CPUModelRunner is CPUModelRunner
+
+
+# ---------------------------------------------------------------------- hybrid drafting (hybrid.py)
+
+
+def test_runner_module_global_draft_model_proposer() -> None:
+    # Swapped like the suffix proposer; the runner builds it as (vllm_config, device, runner).
+    from vllm.v1.spec_decode.draft_model import DraftModelProposer
+
+    from agentspec.engine.hybrid import HybridProposer
+
+    source = inspect.getsource(GPUModelRunner.__init__)
+    assert "self.drafter = DraftModelProposer(" in source
+    assert issubclass(HybridProposer, DraftModelProposer)
+    child = list(inspect.signature(HybridProposer.__init__).parameters.values())
+    assert [p.name for p in child[:4]] == _params(DraftModelProposer.__init__) == ["self", "vllm_config", "device", "runner"]
+    assert all(p.default is not inspect.Parameter.empty for p in child[4:])
+
+
+def test_runner_calls_the_draft_model_proposer_as_the_hybrid_expects() -> None:
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+    # The plugin wraps propose_draft_token_ids and reads its second argument.
+    assert _params(GPUModelRunner.propose_draft_token_ids)[:3] == ["self", "scheduler_output", "sampled_token_ids"]
+    source = inspect.getsource(GPUModelRunner.propose_draft_token_ids)
+    # Every argument by keyword (the hybrid's propose takes **kwargs after the first).
+    assert "self.drafter.propose(\n                num_speculative_tokens=num_spec_tokens_to_schedule," in source
+    # A draft length of 0 runs only the first pass (the draft KV cache of verified tokens).
+    base = inspect.getsource(SpecDecodeBaseProposer.propose)
+    assert "if self.num_speculative_tokens == 0:" in base
+    assert _set_in_init(SpecDecodeBaseProposer, "_last_draft_probs")
+    # Where the plugin reads the step's tokens as vLLM's bookkeeping does.
+    assert _set_in_init(GPUModelRunner, "discard_request_mask")
+    from vllm.v1.sample.rejection_sampler import RejectionSampler
+
+    assert _params(RejectionSampler.parse_output)[:3] == ["output_token_ids", "vocab_size", "discard_req_indices"]
+    # A list of drafts per request is taken as it is (synchronous scheduling).
+    assert "if isinstance(self._draft_token_ids, list):" in inspect.getsource(GPUModelRunner._get_draft_token_ids_cpu)

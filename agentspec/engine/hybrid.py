@@ -1,0 +1,253 @@
+"""Hybrid drafting in vLLM: the session draft index beside a draft model.
+
+vLLM 0.32's model runner holds one drafter, chosen by ``speculative_config.method``, and
+only a ``draft_model`` (or EAGLE) method gets draft weights and a draft KV cache. So
+``agentspec serve --agentspec-drafter MODEL`` runs the ``draft_model`` method, and the
+plugin substitutes :class:`HybridProposer`, a subclass of vLLM's ``DraftModelProposer``
+that also owns the draft index (:class:`~agentspec.engine.proposer.SessionDrafting`).
+
+Each step, for each request: the index's draft is computed first (free); the request
+takes it when its expected accepted tokens are at least the model drafter's (measured
+online), else the model drafter's (:mod:`agentspec.drafter_choice`). The draft model's
+forward pass is batched, so its cost is cut per step, not per request:
+
+- its first pass always runs: it writes the draft KV cache for the tokens the target
+  just verified, whichever drafter proposed them (the pass reads the target's own input
+  tokens). That pass is all vLLM's ``propose(num_speculative_tokens=0)`` runs;
+- its later, autoregressive passes run only when some request in the step chose the
+  model drafter. They write KV entries only for positions past the verified tokens,
+  which the next step's first pass overwrites, so skipping them leaves the draft KV
+  cache exactly as running them would have (``tests/engine/test_hybrid.py`` checks
+  this with a drafter that always agrees with the target: every model draft is accepted
+  in full, also after skipped steps).
+
+Drafts go back to vLLM as one list per request, of any length up to the index's longest
+(the speculative config's ``num_speculative_tokens``); the drafter drafts
+``drafter.num_tokens``. This needs vLLM's synchronous scheduling (``serve`` turns async
+scheduling off), as vLLM's own suffix method does. Where vLLM keeps the draft model's
+probabilities for rejection sampling (``draft_sample_method: probabilistic`` at
+temperature > 0), rows drafted by the index carry one-hot probabilities (their drafts
+are deterministic), which keeps the sampling exact; such rows are then as long as the
+model's drafts at most.
+
+The plugin hands each step's sampled tokens to :meth:`HybridProposer.take_step` before
+vLLM calls :meth:`HybridProposer.propose` (vLLM passes the draft model only the last
+token of each request). Imported only inside vLLM processes.
+"""
+
+from __future__ import annotations
+
+import logging
+from time import perf_counter
+from typing import Any
+
+import torch
+from vllm.config import VllmConfig
+from vllm.v1.spec_decode.draft_model import DraftModelProposer
+
+from agentspec.drafter_choice import DraftPath, ModelDrafterEstimate, choose, model_runs
+from agentspec.engine.config import EngineSettings
+from agentspec.engine.proposer import SessionDrafting
+from agentspec.errors import DraftIndexError
+from agentspec.index import Draft
+
+logger = logging.getLogger("vllm.agentspec.hybrid")
+
+__all__ = ["HybridProposer"]
+
+
+class HybridProposer(SessionDrafting, DraftModelProposer):
+    """vLLM's draft-model proposer with agentspec's session draft index beside it."""
+
+    def __init__(
+        self,
+        vllm_config: VllmConfig,
+        device: torch.device,
+        runner: Any = None,
+        settings: EngineSettings | None = None,
+    ) -> None:
+        DraftModelProposer.__init__(self, vllm_config, device, runner)
+        self._init_session_drafting(vllm_config, settings)
+        drafter = self.settings.drafter
+        if drafter is None:
+            raise ValueError(
+                "agentspec runs vLLM's draft_model method only for hybrid drafting:"
+                " start the server with agentspec serve --agentspec-drafter MODEL"
+            )
+        self.max_draft_tokens: int = (
+            vllm_config.speculative_config.num_speculative_tokens
+        )  # type: ignore[union-attr]
+        self.model_draft_tokens = min(drafter.num_tokens, self.max_draft_tokens)
+        self.model_estimate = ModelDrafterEstimate()
+        # Handed over by the plugin before each propose: (input batch, sampled tokens per row).
+        self._step: tuple[Any, list[list[int]]] | None = None
+        # Per request: the path and length of the draft sent for verification last step.
+        self._sent: dict[str, tuple[DraftPath, int]] = {}
+        # Per request: tokens (prompt and output) the index has been given.
+        self._seen: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ plugin hooks
+
+    def take_step(self, input_batch: Any, sampled: list[list[int]]) -> None:
+        """This step's tokens per batch row (empty for a partial prefill), before
+        :meth:`propose`; the runner has not added them to ``input_batch`` yet."""
+        self._step = (input_batch, sampled)
+
+    def on_requests_finished(self, req_ids: Any) -> None:
+        req_ids = list(req_ids)
+        for req_id in req_ids:
+            self._sent.pop(req_id, None)
+            self._seen.pop(req_id, None)
+        super().on_requests_finished(req_ids)
+
+    # ------------------------------------------------------------------ vLLM's proposer interface
+
+    def propose(self, num_speculative_tokens: int, **kwargs: Any) -> list[list[int]]:  # type: ignore[override]
+        """Draft for every request of the step: the index's draft or the model's."""
+        if self._step is None:
+            raise RuntimeError(
+                "HybridProposer.propose called without the step's tokens (is the plugin installed?)"
+            )
+        input_batch, sampled_rows = self._step
+        self._step = None
+        started = perf_counter()
+        rows = len(sampled_rows)
+        budget = self.driver.budget_for(rows, num_speculative_tokens)
+        model_cap = min(self.model_draft_tokens, budget)
+        model_expected = self.model_estimate.expected_accepted(model_cap)
+        suffix: list[Draft | None] = []
+        paths: list[DraftPath] = []
+        model_lens: list[int] = []
+        for i, sampled in enumerate(sampled_rows):
+            req_id = input_batch.req_ids[i]
+            if not sampled:  # a partial prefill: nothing sampled, nothing to draft
+                suffix.append(None)
+                paths.append(DraftPath.NONE)
+                model_lens.append(0)
+                continue
+            num_tokens = int(input_batch.num_tokens_no_spec[i]) + len(sampled)
+            room = self.max_model_len - num_tokens - 1
+            draft = self._index_draft(
+                input_batch, i, req_id, sampled, num_tokens, min(budget, room)
+            )
+            tokens = len(draft.token_ids) if draft is not None else 0
+            expected = 0.0
+            if draft is not None and tokens:
+                spec = self.driver.spec(req_id)
+                weights = self.index.level_weights(
+                    spec.tenant if spec is not None else ""
+                )
+                expected = draft.score * weights.get(draft.level.value, 1.0)
+            model_len = (
+                max(0, min(model_cap, room)) if self.driver.may_draft(req_id) else 0
+            )
+            path = choose(tokens, expected, model_len, model_expected)
+            if path is not DraftPath.SUFFIX and tokens:
+                self.driver.withdraw(req_id)
+            suffix.append(draft)
+            paths.append(path)
+            model_lens.append(model_len)
+
+        run_model = model_runs(paths)
+        model_started = perf_counter()
+        # Always the first pass (the draft KV cache of the verified tokens); the
+        # autoregressive passes only when some request takes the model's draft.
+        model_out = DraftModelProposer.propose(
+            self, num_speculative_tokens=model_cap if run_model else 0, **kwargs
+        )
+        self._count("drafter_seconds_total", perf_counter() - model_started)
+        self._count("drafter_runs_total" if run_model else "drafter_runs_skipped_total")
+        model_rows = model_out.tolist() if run_model else None
+        probs = self._last_draft_probs
+
+        drafts: list[list[int]] = []
+        for i, path in enumerate(paths):
+            req_id = input_batch.req_ids[i]
+            if path is DraftPath.SUFFIX:
+                tokens = suffix[i].token_ids  # type: ignore[union-attr]
+                if probs is not None:
+                    tokens = self._one_hot_rows(probs, i, tokens)
+            elif path is DraftPath.MODEL:
+                tokens = model_rows[i][: model_lens[i]]  # type: ignore[index]
+            else:
+                tokens = []
+            if sampled_rows[i]:
+                # Steps without a draft count as drafts of the "none" path.
+                path = path if tokens else DraftPath.NONE
+                self._count(f"{path.value}_drafts_total")
+                if tokens:
+                    self._sent[req_id] = (path, len(tokens))
+                    self._count(f"{path.value}_draft_tokens_total", len(tokens))
+            drafts.append(tokens)
+
+        if self.driver.budget is not None and drafts:
+            self.driver.budget.observe_step(
+                rows,
+                float(input_batch.num_tokens_no_spec[:rows].sum()) / rows,
+                (perf_counter() - started) / rows,
+                budget > 0,
+            )
+        self._dirty = True
+        self.publish()
+        return drafts
+
+    # ------------------------------------------------------------------ internals
+
+    def _index_draft(
+        self,
+        input_batch: Any,
+        i: int,
+        req_id: str,
+        sampled: list[int],
+        num_tokens: int,
+        cap: int,
+    ) -> Draft | None:
+        """Settle the request's last draft, index its new tokens, and draft from the index."""
+        try:
+            self._catch_up(input_batch, i, req_id, num_tokens - len(sampled))
+            self._settle_model_draft(req_id, sampled)
+            self._begin_or_settle(input_batch, i, req_id, sampled, num_tokens)
+            self._seen[req_id] = num_tokens
+            return self.driver.draft(req_id, cap)
+        except DraftIndexError as exc:
+            # Never fail the engine over drafting: the index sits this request out.
+            logger.warning("request %s: index drafting disabled: %s", req_id, exc)
+            self.driver.disable(req_id)
+            return None
+
+    def _catch_up(self, input_batch: Any, i: int, req_id: str, before: int) -> None:
+        """Index tokens of steps this proposer did not see: vLLM skips the drafter for a
+        whole step when a request nears the context window (``_input_fits_in_drafter``);
+        what was verified then is unknown, so the last draft is settled as unverified."""
+        seen = self._seen.get(req_id)
+        if seen is None or seen >= before:
+            return
+        missed = input_batch.token_ids_cpu[i, seen:before].tolist()
+        self._sent.pop(req_id, None)
+        self.driver.withdraw(req_id)
+        self.driver.advance(req_id, missed)
+        self._count("drafter_missed_steps_total")
+
+    def _settle_model_draft(self, req_id: str, sampled: list[int]) -> None:
+        """Record what the target accepted of the request's last draft, by path (the
+        index's own record is :meth:`_begin_or_settle`'s)."""
+        path, drafted = self._sent.pop(req_id, (DraftPath.NONE, 0))
+        if not drafted:
+            return
+        accepted = max(0, min(len(sampled) - 1, drafted))
+        self._count(f"{path.value}_accepted_tokens_total", accepted)
+        if path is DraftPath.MODEL:
+            self.model_estimate.observe(drafted, accepted)
+
+    def _one_hot_rows(
+        self, probs: torch.Tensor, row: int, tokens: list[int]
+    ) -> list[int]:
+        """Give row ``row`` of vLLM's draft probabilities the one-hot rows of the index's
+        deterministic draft, which makes rejection sampling exact for it; the draft is
+        cut to the rows vLLM holds."""
+        tokens = tokens[: probs.shape[1]]
+        if tokens:
+            probs[row, : len(tokens)].zero_()
+            index = torch.arange(len(tokens), device=probs.device)
+            probs[row, index, torch.tensor(tokens, device=probs.device)] = 1.0
+        return tokens

@@ -1,0 +1,144 @@
+"""Hybrid drafting through a real ``agentspec serve --agentspec-drafter`` (vLLM's
+draft_model method with the session draft index beside it), against plain vLLM.
+
+The server's draft model is the tiny target itself: a drafter that always agrees with the
+target, so every model draft must be accepted in full. A fault in the draft KV cache (e.g.
+after steps whose draft passes were skipped) would show as a rejected model draft. What
+this cannot show is a drafter's speed-up: on this model both drafters cost about what the
+target does.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from engine_helpers import PROMPTS, chat_ok, completion_ok, idle_stats, server_stats
+
+from agentspec.testing.stats import metric_value
+
+pytestmark = pytest.mark.server
+
+PATHS = ("suffix", "model", "none")
+KEYS = [
+    f"{p}_{k}"
+    for p in PATHS
+    for k in ("drafts_total", "draft_tokens_total", "accepted_tokens_total")
+] + [
+    "drafter_runs_total",
+    "drafter_runs_skipped_total",
+]
+
+
+def _engine(base: str) -> dict[str, float]:
+    return {k: server_stats(base)["engine"].get(k, 0) for k in KEYS}
+
+
+def _delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before[k] for k in KEYS}
+
+
+def _session(base: str, session: str, first: str, turns: int) -> list[list[int]]:
+    """A multi-turn chat whose later turns repeat the session's earlier text."""
+    messages = [{"role": "user", "content": first}]
+    outputs = []
+    for turn in range(turns):
+        resp = chat_ok(base, messages, max_tokens=48, headers={"X-Session-Id": session})
+        outputs.append(resp["choices"][0]["token_ids"])
+        messages += [
+            {"role": "assistant", "content": resp["choices"][0]["message"]["content"]},
+            {"role": "user", "content": f"Again, step {turn}: {first}"},
+        ]
+    return outputs
+
+
+def test_greedy_outputs_equal_plain_vllm_over_concurrent_sessions(
+    agentspec_hybrid_server, plain_server
+) -> None:
+    firsts = PROMPTS[:4]
+
+    def run(base: str, i: int) -> list[list[int]]:
+        return _session(base, f"hy-{base[-5:]}-{i}", firsts[i], turns=3)
+
+    with ThreadPoolExecutor(4) as pool:
+        ours = list(
+            pool.map(lambda i: run(agentspec_hybrid_server.url, i), range(len(firsts)))
+        )
+        ref = list(pool.map(lambda i: run(plain_server.url, i), range(len(firsts))))
+    for first, a, b in zip(firsts, ours, ref, strict=True):
+        assert a == b, f"a session starting {first!r} differs from plain vLLM"
+
+
+def test_one_session_takes_both_paths_and_skips_the_drafter(
+    agentspec_hybrid_server, plain_server
+) -> None:
+    base = agentspec_hybrid_server.url
+    idle_stats(base)
+    before = _engine(base)
+    # One session at a time, so every step's batch is this session's request alone.
+    ours = _session(base, "hy-both", PROMPTS[5], turns=4)
+    assert ours == _session(plain_server.url, "hy-both", PROMPTS[5], turns=4)
+    idle_stats(base)
+    d = _delta(before, _engine(base))
+    # Where the session repeats itself the index drafts; elsewhere the model does.
+    assert d["suffix_drafts_total"] > 0 and d["suffix_accepted_tokens_total"] > 0, d
+    assert d["model_drafts_total"] > 0, d
+    # Steps where the index's draft was taken ran only the drafter's first pass.
+    assert d["drafter_runs_skipped_total"] > 0, d
+    assert (
+        d["drafter_runs_total"] + d["drafter_runs_skipped_total"]
+        >= d["model_drafts_total"]
+    ), d
+    # The drafter agrees with the target: every model draft is accepted in full, also
+    # after skipped draft passes, so the draft KV cache stayed right.
+    assert d["model_accepted_tokens_total"] == d["model_draft_tokens_total"] > 0, d
+
+
+def test_concurrent_requests_mix_paths_in_one_batch(
+    agentspec_hybrid_server, plain_server
+) -> None:
+    """Several requests per step, some on the index's draft and some on the model's."""
+    base = agentspec_hybrid_server.url
+    prompts = [p * 2 for p in PROMPTS[6:12]]
+
+    def run(url: str, p: str) -> list[int]:
+        return completion_ok(url, p, max_tokens=40)["choices"][0]["token_ids"]
+
+    with ThreadPoolExecutor(6) as pool:
+        ours = list(pool.map(lambda p: run(base, p), prompts))
+        ref = list(pool.map(lambda p: run(plain_server.url, p), prompts))
+    assert ours == ref
+    stats = server_stats(base)["engine"]
+    assert stats.get("model_accepted_tokens_total") == stats.get(
+        "model_draft_tokens_total"
+    )
+
+
+def test_paths_and_drafter_on_metrics(agentspec_hybrid_server) -> None:
+    base = agentspec_hybrid_server.url
+    chat_ok(
+        base,
+        [{"role": "user", "content": PROMPTS[2] * 2}],
+        max_tokens=32,
+        headers={"X-Session-Id": "hy-m"},
+    )
+    idle_stats(base)
+    engine = server_stats(base)["engine"]
+    text = httpx.get(base + "/metrics").text
+    for path in ("suffix", "model"):
+        exported = metric_value(text, "agentspec_path_drafts_total", f'path="{path}"')
+        assert exported == engine[f"{path}_drafts_total"] > 0
+    assert (
+        metric_value(text, "agentspec_drafter_runs_total")
+        == engine["drafter_runs_total"]
+    )
+    assert (
+        metric_value(text, "agentspec_drafter_runs_skipped_total")
+        == engine["drafter_runs_skipped_total"]
+    )
+    # vLLM's own count of accepted draft tokens is the two paths' together.
+    accepted = (
+        engine["suffix_accepted_tokens_total"] + engine["model_accepted_tokens_total"]
+    )
+    assert metric_value(text, "vllm:spec_decode_num_accepted_tokens_total") == accepted
