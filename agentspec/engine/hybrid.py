@@ -132,12 +132,11 @@ class HybridProposer(SessionDrafting, DraftModelProposer):
             )
             tokens = len(draft.token_ids) if draft is not None else 0
             expected = 0.0
-            if draft is not None and tokens:
+            if draft is not None:
                 spec = self.driver.spec(req_id)
-                weights = self.index.level_weights(
-                    spec.tenant if spec is not None else ""
+                expected = self.index.expected_accepted(
+                    draft, spec.tenant if spec is not None else ""
                 )
-                expected = draft.score * weights.get(draft.level.value, 1.0)
             model_len = (
                 max(0, min(model_cap, room)) if self.driver.may_draft(req_id) else 0
             )

