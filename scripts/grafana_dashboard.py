@@ -419,8 +419,53 @@ def rows() -> list[tuple[str, list[Builder]]]:
             width=12,
         ),
     ]
+    hybrid = [
+        graph(
+            "Accepted tokens per second by path",
+            "Draft tokens the target model accepted, by the drafter that proposed them: the index (suffix) or "
+            "the draft model (model); empty unless the server runs with --agentspec-drafter.",
+            [(summed(rate("agentspec_path_accepted_tokens_total"), "path"), "{{path}}")],
+            TOKENS_PER_S,
+            width=8,
+        ),
+        graph(
+            "Acceptance rate by path",
+            "Accepted over proposed draft tokens for each drafter; a model path far below the suffix path means "
+            "the draft model fits this traffic poorly (docs/engine.md, choosing a drafter).",
+            [
+                (
+                    _acceptance("agentspec_path_accepted_tokens_total", "agentspec_path_draft_tokens_total", "path"),
+                    "{{path}}",
+                )
+            ],
+            "percentunit",
+            width=8,
+            max_val=1,
+        ),
+        graph(
+            "Draft model passes",
+            "Steps that ran the draft model's draft passes, steps that skipped them because every request took "
+            "the index's draft, and steps without any draft (none); skipped steps cost only the first pass.",
+            [
+                (summed(rate("agentspec_drafter_runs_total")), "ran"),
+                (summed(rate("agentspec_drafter_runs_skipped_total")), "skipped"),
+                (summed(rate("agentspec_path_drafts_total", 'path="none"')), "none"),
+            ],
+            "suffix: steps/s",
+            width=8,
+        ),
+        graph(
+            "Time in the draft model",
+            "Seconds per second the engine spends in the draft model (all its passes), per engine; compare with "
+            "the accepted tokens it adds to judge whether the drafter pays.",
+            [(summed(rate("agentspec_drafter_seconds_total"), "instance, engine"), PER_ENGINE)],
+            "percentunit",
+            width=24,
+        ),
+    ]
     return [
         ("Drafting", drafting),
+        ("Hybrid drafting", hybrid),
         ("Sessions and index", sessions),
         ("Requests and budget", requests),
         ("Seeds, security, policy", seeds),

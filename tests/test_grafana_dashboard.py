@@ -34,6 +34,13 @@ EXPECTED_SERIES = {
     "agentspec_draft_length_bucket",
     "vllm:spec_decode_num_accepted_tokens_total",
     "vllm:spec_decode_num_draft_tokens_total",
+    # Hybrid drafting
+    "agentspec_path_accepted_tokens_total",
+    "agentspec_path_draft_tokens_total",
+    "agentspec_path_drafts_total",
+    "agentspec_drafter_runs_total",
+    "agentspec_drafter_runs_skipped_total",
+    "agentspec_drafter_seconds_total",
     # Sessions and index
     "agentspec_sessions",
     "agentspec_groups",
@@ -135,7 +142,14 @@ def test_every_panel_is_documented_and_reads_the_datasource_variable(committed: 
 
 def test_rows_and_variables(committed: dict[str, Any]) -> None:
     rows = [panel["title"] for panel in committed["panels"] if panel["type"] == "row"]
-    assert rows == ["Drafting", "Sessions and index", "Requests and budget", "Seeds, security, policy", "Fleet exchange"]
+    assert rows == [
+        "Drafting",
+        "Hybrid drafting",
+        "Sessions and index",
+        "Requests and budget",
+        "Seeds, security, policy",
+        "Fleet exchange",
+    ]
     variables = {v["name"]: v for v in committed["templating"]["list"]}
     assert list(variables) == ["datasource", "model_name", "engine"]
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
