@@ -390,6 +390,9 @@ SESSION_STATS_FIELDS: Final = (
     "policy_version",
     "draft_tokens_by_policy_version",
     "accepted_tokens_by_policy_version",
+    "model_draft_steps",
+    "model_draft_tokens",
+    "model_accepted_tokens",
 )
 
 
@@ -410,6 +413,9 @@ def session_stats_body(
     policy_version: int | None = None,
     draft_tokens_by_policy_version: Mapping[str, int] | None = None,
     accepted_tokens_by_policy_version: Mapping[str, int] | None = None,
+    model_draft_steps: int = 0,
+    model_draft_tokens: int = 0,
+    model_accepted_tokens: int = 0,
 ) -> dict[str, Any]:
     """The body of ``GET /agentspec/v1/sessions/{id}`` (fields :data:`SESSION_STATS_FIELDS`)."""
     return {
@@ -433,4 +439,9 @@ def session_stats_body(
         "policy_version": policy_version,
         "draft_tokens_by_policy_version": dict(draft_tokens_by_policy_version or {}),
         "accepted_tokens_by_policy_version": dict(accepted_tokens_by_policy_version or {}),
+        # Hybrid drafting (--agentspec-drafter): the draft model's drafts for the session;
+        # the draft and accepted tokens above are the index's.
+        "model_draft_steps": int(model_draft_steps),
+        "model_draft_tokens": int(model_draft_tokens),
+        "model_accepted_tokens": int(model_accepted_tokens),
     }

@@ -98,6 +98,11 @@ class SessionStats(BaseModel):
     draft_tokens_by_policy_version: dict[str, int] = {}
     accepted_tokens_by_policy_version: dict[str, int] = {}
     """Draft and accepted tokens by the policy version they ran under (keys: the version)."""
+    model_draft_steps: int = 0
+    model_draft_tokens: int = 0
+    model_accepted_tokens: int = 0
+    """Hybrid drafting: the draft model's drafts for the session (the fields above count
+    the draft index's)."""
     backend: str | None = None
     """Filled by the client: the backend that answered."""
 

@@ -237,6 +237,8 @@ class HybridProposer(SessionDrafting, DraftModelProposer):
         self._count(f"{path.value}_accepted_tokens_total", accepted)
         if path is DraftPath.MODEL:
             self.model_estimate.observe(drafted, accepted)
+            if self.index.has_call(req_id):
+                self.index.record_model_verification(req_id, drafted, accepted)
 
     def _one_hot_rows(
         self, probs: torch.Tensor, row: int, tokens: list[int]

@@ -47,6 +47,9 @@ def session_view(session_id: str, stats: dict[str, Any]) -> dict[str, Any]:
         policy_version=stats.get("policy_version"),
         draft_tokens_by_policy_version=_counts(stats.get("drafted_tokens_by_policy_version")),
         accepted_tokens_by_policy_version=_counts(stats.get("accepted_tokens_by_policy_version")),
+        model_draft_steps=int(stats.get("model_draft_steps", 0)),
+        model_draft_tokens=int(stats.get("model_drafted_tokens", 0)),
+        model_accepted_tokens=int(stats.get("model_accepted_tokens", 0)),
     )
 
 

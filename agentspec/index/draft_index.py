@@ -169,6 +169,18 @@ class DraftIndex:
         counts.drafted_tokens += len(best.token_ids)
         return Draft(best.token_ids, best.probs, best.score, best.match_len, level)
 
+    def record_model_verification(self, call_id: Hashable, drafted: int, accepted: int) -> None:
+        """Record, in the call's session and group stats, a model drafter's draft (hybrid
+        drafting) of ``drafted`` tokens of which the target accepted ``accepted``."""
+        call = self._call(call_id)
+        if not 0 <= accepted <= drafted:
+            raise DraftIndexError(f"need 0 <= accepted <= drafted, got accepted={accepted}, drafted={drafted}")
+        for scope in (call.session, call.group):
+            if scope is not None and drafted:
+                scope.stats.model_draft_steps += 1
+                scope.stats.model_drafted_tokens += drafted
+                scope.stats.model_accepted_tokens += accepted
+
     def withdraw_draft(self, call_id: Hashable) -> None:
         """Take back the call's last draft: it was not sent for verification (another
         drafter's was, in the hybrid), so it counts as neither proposed nor verified."""

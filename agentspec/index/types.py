@@ -72,6 +72,11 @@ class ScopeStats:
     group_id: str | None = None
     #: Accepted draft tokens by the level that drafted them (call, session, group, global).
     accepted_tokens_by_level: dict[str, int] = field(default_factory=dict)
+    #: Hybrid drafting: the draft model's drafts for the scope's calls (the counters above
+    #: are the index's own).
+    model_draft_steps: int = 0
+    model_drafted_tokens: int = 0
+    model_accepted_tokens: int = 0
     #: Seeded tokens by seed kind (prior_turn, repair_attempt, sibling_output, document).
     seeded_tokens_by_kind: dict[str, int] = field(default_factory=dict)
     #: RL: the policy version of the latest call that named one (``start_call``), and the
