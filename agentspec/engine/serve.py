@@ -20,7 +20,8 @@ vLLM invocation documented in docs/engine.md; ``--agentspec-dry-run`` prints it.
 
 With ``--agentspec-drafter MODEL`` (hybrid drafting) the speculative method is vLLM's
 ``draft_model`` with that model, the index beside it, and async scheduling off (the index
-reads each step's tokens on the CPU, as vLLM's suffix method does).
+reads each step's tokens on the CPU, as vLLM's suffix method does); a ``--speculative-config``
+of your own then adds keys to that one (``draft_sample_method``, a batch-size schedule).
 
 Serving needs the ``serve`` extra (``cpu`` on CPUs); without it the command says so and
 exits. This module itself imports neither vLLM nor the draft index, so the command's
@@ -88,6 +89,43 @@ def hybrid_speculative_config(drafter: DrafterSettings, policy: DraftPolicy | No
     return {**spec, "method": "draft_model", "model": drafter.model}
 
 
+def _merge_hybrid_spec(base: dict[str, Any], given: str, drafter: DrafterSettings) -> dict[str, Any]:
+    """The hybrid's speculative config with the keys of the user's own ``given`` one
+    (e.g. ``draft_sample_method``, ``num_speculative_tokens_per_batch_size``)."""
+    try:
+        own = json.loads(given)
+    except ValueError:
+        own = None
+    if not isinstance(own, dict):
+        raise ValueError("--speculative-config must be a JSON object")
+    if own.get("method", "draft_model") != "draft_model":
+        raise ValueError(
+            f"with --agentspec-drafter the speculative method is draft_model; --speculative-config has {own['method']!r}"
+        )
+    if own.get("model", drafter.model) != drafter.model:
+        raise ValueError("the draft model is --agentspec-drafter's: drop model from --speculative-config")
+    merged = {**base, **own}
+    if not isinstance(merged["num_speculative_tokens"], int) or merged["num_speculative_tokens"] < drafter.num_tokens:
+        raise ValueError(
+            f"num_speculative_tokens must be at least --agentspec-drafter-tokens ({drafter.num_tokens})"
+        )
+    return merged
+
+
+def _without_option(args: list[str], name: str) -> list[str]:
+    """``args`` without ``name`` and its value (``name VALUE`` or ``name=VALUE``)."""
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == name:
+            skip = True
+        elif not a.startswith(name + "="):
+            out.append(a)
+    return out
+
+
 def _has_option(args: list[str], *names: str) -> bool:
     return any(a == n or a.startswith(n + "=") for a in args for n in names)
 
@@ -109,11 +147,13 @@ def build_command(
     args = list(vllm_args)
     spec = _option_value(args, "--speculative-config")
     if drafter is not None:
-        if spec is not None:
-            raise ValueError("--agentspec-drafter sets the speculative config: drop --speculative-config")
         if _has_option(args, "--async-scheduling"):
             raise ValueError("--agentspec-drafter runs without async scheduling: drop --async-scheduling")
-        args += ["--speculative-config", json.dumps(hybrid_speculative_config(drafter))]
+        merged = hybrid_speculative_config(drafter)
+        if spec is not None:
+            merged = _merge_hybrid_spec(merged, spec, drafter)
+            args = _without_option(args, "--speculative-config")
+        args += ["--speculative-config", json.dumps(merged)]
         if not _has_option(args, "--no-async-scheduling"):
             args.append("--no-async-scheduling")
     elif spec is not None:

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 import pytest
-from engine_helpers import PROMPTS, chat_ok, completion_ok, idle_stats, server_stats
+from engine_helpers import PROMPTS, chat_ok, completion_ok, idle_stats, server_stats, session_stats
 
 from agentspec.testing.stats import metric_value
 
@@ -109,6 +109,11 @@ def test_one_session_takes_both_paths_and_skips_the_drafter(
     # The drafter agrees with the target: every model draft is accepted in full, also
     # after skipped draft passes, so the draft KV cache stayed right.
     assert d["model_accepted_tokens_total"] == d["model_draft_tokens_total"] > 0, d
+    # The session's own statistics split the same drafts by drafter.
+    stats = session_stats(base, "hy-both")
+    assert stats is not None and stats["calls"] == 4
+    assert stats["model_draft_steps"] > 0 and stats["model_accepted_tokens"] == stats["model_draft_tokens"] > 0
+    assert stats["draft_steps"] > 0 and stats["accepted_tokens"] > 0
 
 
 def test_concurrent_requests_mix_paths_in_one_batch(

@@ -13,7 +13,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from agentspec.engine.config import ENV_CONFIG, EngineSettings
+from agentspec.engine.config import ENV_CONFIG, DrafterSettings, EngineSettings
 from agentspec.engine.serve import (
     MIDDLEWARE,
     SERVE_CONTEXT,
@@ -65,6 +65,15 @@ def test_cli_drafter_runs_vllms_draft_model_method_without_async_scheduling(tmp_
     assert "--no-async-scheduling" in command
     settings = json.loads(env.split("=", 1)[1])
     assert settings["drafter"] == {"model": str(tmp_path), "num_tokens": 5}
+
+
+def test_cli_drafter_takes_keys_of_the_users_speculative_config() -> None:
+    own = json.dumps({"draft_sample_method": "probabilistic", "num_speculative_tokens": 16})
+    cmd = build_command("m", ["--speculative-config", own], drafter=DrafterSettings(model="org/drafter"))
+    assert cmd.count("--speculative-config") == 1
+    spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
+    assert spec["method"] == "draft_model" and spec["model"] == "org/drafter"
+    assert spec["draft_sample_method"] == "probabilistic" and spec["num_speculative_tokens"] == 16
 
 
 def test_cli_drafter_folder_must_hold_a_model(tmp_path: Path) -> None:
@@ -146,7 +155,11 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
         (["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-tokens", "33"],
          "--agentspec-drafter-tokens 33 is more than the longest draft (32 tokens)"),
         (["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"method": "suffix"}'],
-         "--agentspec-drafter sets the speculative config: drop --speculative-config"),
+         "with --agentspec-drafter the speculative method is draft_model; --speculative-config has 'suffix'"),
+        (["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"model": "other/drafter"}'],
+         "the draft model is --agentspec-drafter's: drop model from --speculative-config"),
+        (["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"num_speculative_tokens": 2}'],
+         "num_speculative_tokens must be at least --agentspec-drafter-tokens (4)"),
         (["m", "--agentspec-drafter", "org/drafter", "--async-scheduling"],
          "--agentspec-drafter runs without async scheduling: drop --async-scheduling"),
         (["m", "--speculative-config", '{"method": "draft_model", "model": "d"}'],
