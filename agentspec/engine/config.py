@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -35,6 +36,10 @@ class DrafterSettings(BaseModel):
     )
     num_tokens: int = Field(
         4, ge=1, description="Tokens the model drafter drafts per step (its autoregressive passes)."
+    )
+    method: Literal["draft_model", "eagle", "eagle3"] = Field(
+        "draft_model",
+        description="vLLM's speculative method for the drafter: a small model (draft_model) or an EAGLE head.",
     )
 
 

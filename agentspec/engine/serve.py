@@ -60,6 +60,8 @@ SERVE_CONTEXT: dict[str, Any] = {"allow_extra_args": True, "ignore_unknown_optio
 MIDDLEWARE = "agentspec.engine.middleware.SessionIdMiddleware"
 #: Every agentspec option of ``serve`` starts with this; any other option is vLLM's.
 OPTION_PREFIX = "--agentspec-"
+#: vLLM's speculative methods a drafter beside the index can use.
+DRAFTER_METHODS = ("draft_model", "eagle", "eagle3")
 #: The module that runs vLLM's ``serve`` command (``python -m``).
 LAUNCH_MODULE = "agentspec.engine.launch"
 
@@ -86,7 +88,7 @@ def hybrid_speculative_config(drafter: DrafterSettings, policy: DraftPolicy | No
             f"--agentspec-drafter-tokens {drafter.num_tokens} is more than the longest draft"
             f" ({spec['num_speculative_tokens']} tokens)"
         )
-    return {**spec, "method": "draft_model", "model": drafter.model}
+    return {**spec, "method": drafter.method, "model": drafter.model}
 
 
 def _merge_hybrid_spec(base: dict[str, Any], given: str, drafter: DrafterSettings) -> dict[str, Any]:
@@ -98,9 +100,10 @@ def _merge_hybrid_spec(base: dict[str, Any], given: str, drafter: DrafterSetting
         own = None
     if not isinstance(own, dict):
         raise ValueError("--speculative-config must be a JSON object")
-    if own.get("method", "draft_model") != "draft_model":
+    if own.get("method", drafter.method) != drafter.method:
         raise ValueError(
-            f"with --agentspec-drafter the speculative method is draft_model; --speculative-config has {own['method']!r}"
+            f"with --agentspec-drafter the speculative method is {drafter.method}"
+            f" (--agentspec-drafter-method); --speculative-config has {own['method']!r}"
         )
     if own.get("model", drafter.model) != drafter.model:
         raise ValueError("the draft model is --agentspec-drafter's: drop model from --speculative-config")
@@ -243,6 +246,13 @@ def serve(
     drafter_tokens: Annotated[
         int, typer.Option("--agentspec-drafter-tokens", help="Tokens the draft model drafts per step.")
     ] = 4,
+    drafter_method: Annotated[
+        str,
+        typer.Option(
+            "--agentspec-drafter-method",
+            help="vLLM's method for the drafter: draft_model (a small model) or eagle / eagle3 (an EAGLE head).",
+        ),
+    ] = "draft_model",
     dry_run: Annotated[
         bool, typer.Option("--agentspec-dry-run", help="Print the vLLM command and environment, don't run.")
     ] = False,
@@ -275,8 +285,14 @@ def serve(
     if drafter is not None:
         if drafter_tokens < 1:
             _fail(f"--agentspec-drafter-tokens must be at least 1, got {drafter_tokens}", 2)
+        if drafter_method not in DRAFTER_METHODS:
+            _fail(f"--agentspec-drafter-method must be one of {', '.join(DRAFTER_METHODS)}, got {drafter_method!r}", 2)
         try:
-            drafter_settings = DrafterSettings(model=drafter_model(drafter), num_tokens=drafter_tokens)
+            drafter_settings = DrafterSettings(
+                model=drafter_model(drafter),
+                num_tokens=drafter_tokens,
+                method=drafter_method,  # type: ignore[arg-type]
+            )
         except ValueError as exc:
             _fail(f"--agentspec-drafter: {exc}", 2)
     made_state_dir = state_dir is None

@@ -20,6 +20,7 @@ from agentspec.replay.settings import ProposerSettings
 # ``agentspec bench --help`` work in the base install); the benchmark itself is imported
 # when the command runs.
 if TYPE_CHECKING:
+    from agentspec.replay.hybrid_share import ShareCounts
     from agentspec.replay.simulate import SourceResult
 
 
@@ -119,6 +120,15 @@ def bench(
             metavar="GPU:MODEL",
         ),
     ] = None,
+    hybrid_share: Annotated[
+        bool,
+        typer.Option(
+            "--hybrid-share",
+            help="Then replay agentspec again, counting the steps where its index has no confident draft"
+            " (what a model drafter beside it could draft; no drafter runs), and print their shares"
+            " (docs/bench.md).",
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
     """Replay recorded agent trajectories through draft proposers and compare them."""
@@ -176,15 +186,18 @@ def bench(
     except ValueError as e:
         _fail(str(e))
 
-    progress = Progress(
-        TextColumn("{task.description:<24}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=quiet,
-        transient=True,
-    )
+    def make_progress() -> Progress:
+        return Progress(
+            TextColumn("{task.description:<24}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            disable=quiet,
+            transient=True,
+        )
+
+    progress = make_progress()
     tasks: dict[str, TaskID] = {}
 
     def on_start(source: str, calls: int) -> None:
@@ -229,8 +242,34 @@ def bench(
             _fail(str(e))
         for table in tables:
             print_speed_table(table, console, config.baseline)
+    shares: dict[str, ShareCounts] | None = None
+    if hybrid_share:
+        from agentspec.replay.hybrid_share import print_share_table, run_share
+
+        share_progress = make_progress()
+        share_tasks: dict[str, TaskID] = {}
+
+        def on_share_start(source: str, calls: int) -> None:
+            share_tasks[source] = share_progress.add_task(f"{source} (share)", total=calls)
+
+        def on_share_call(source: str) -> None:
+            share_progress.advance(share_tasks[source])
+
+        def on_share_done(source: str, _: ShareCounts) -> None:
+            task = share_tasks[source]
+            share_progress.update(task, completed=share_progress.tasks[task].total)
+
+        with share_progress:
+            shares = run_share(
+                config, on_start=on_share_start, on_call=on_share_call, on_source_done=on_share_done
+            )
+        print_share_table(console, shares, config.limit, config.replicas)
     if json_path is not None:
         write_json(result, json_path, tables)
+        if shares is not None:
+            from agentspec.replay.hybrid_share import add_share_json
+
+            add_share_json(json_path, shares)
         console.print(f"wrote {json_path}")
     if plot is not None:
         write_plot(result, plot)

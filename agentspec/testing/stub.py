@@ -139,12 +139,19 @@ class StubServer:
         return self
 
     def stop(self) -> None:
-        if self._server is None or self._thread is None:
+        server, thread = self._server, self._thread
+        if server is None or thread is None:
             return
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-        self._server = None
-        self._thread = None
+        server.should_exit = True
+        thread.join(timeout=5)
+        if thread.is_alive():
+            # uvicorn cancels held requests after its graceful timeout, but a held stream
+            # can outlive that; a killed process would drop it: force the exit.
+            server.force_exit = True
+            thread.join(timeout=5)
+        if self._thread is thread:  # not restarted meanwhile
+            self._server = None
+            self._thread = None
 
     def reset(self) -> None:
         """Forget recorded requests and sessions, clear faults."""

@@ -184,7 +184,59 @@ def build_tiny_drafter(target: str | os.PathLike[str], layers: int = 2) -> Path:
     try:
         staging.rename(out)
     except OSError:
-        shutil.rmtree(staging, ignore_errors=True)  # another process built the same files
+        shutil.rmtree(
+            staging, ignore_errors=True
+        )  # another process built the same files
+    return out
+
+
+def build_tiny_eagle_head(target: str | os.PathLike[str]) -> Path:
+    """Build (or reuse) an EAGLE head for the tiny model, for vLLM's ``eagle`` method: one
+    decoder layer after ``fc`` (the token's embedding joined with the target's hidden
+    state), random weights from a fixed seed; it shares the target's embeddings and head,
+    as EAGLE heads do. Its drafts are rarely right: it is for the wiring, not for speed.
+    """
+    import shutil
+
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig
+
+    target = Path(target)
+    out = target.parent / f"{target.name}-eagle"
+    if (out / "config.json").exists():
+        return out
+    staging = target.parent / f".{out.name}.{os.getpid()}"
+    staging.mkdir(parents=True, exist_ok=True)
+    config = LlamaConfig.from_pretrained(str(target))
+    config.num_hidden_layers = 1
+    config.architectures = ["EagleLlamaForCausalLM"]
+    config.save_pretrained(str(staging))
+    h, i = config.hidden_size, config.intermediate_size
+    kv = config.num_key_value_heads * (h // config.num_attention_heads)
+    generator = torch.Generator().manual_seed(SEED + 1)
+
+    def weight(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator) * 0.02
+
+    tensors = {
+        "fc.weight": weight(h, 2 * h),
+        "layers.0.self_attn.q_proj.weight": weight(h, h),
+        "layers.0.self_attn.k_proj.weight": weight(kv, h),
+        "layers.0.self_attn.v_proj.weight": weight(kv, h),
+        "layers.0.self_attn.o_proj.weight": weight(h, h),
+        "layers.0.mlp.gate_proj.weight": weight(i, h),
+        "layers.0.mlp.up_proj.weight": weight(i, h),
+        "layers.0.mlp.down_proj.weight": weight(h, i),
+        "layers.0.post_attention_layernorm.weight": torch.ones(h),
+    }
+    save_file(tensors, str(staging / "model.safetensors"))
+    try:
+        staging.rename(out)
+    except OSError:
+        shutil.rmtree(
+            staging, ignore_errors=True
+        )  # another process built the same files
     return out
 
 

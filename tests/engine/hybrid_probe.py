@@ -3,7 +3,8 @@ model's forward passes by wrapping the model itself, not through agentspec's cou
 
     python hybrid_probe.py TARGET DRAFTER REQUEST.json RESULT.json
 
-REQUEST.json: ``{"prompts": [[token ids], ...], "max_tokens": N, "num_tokens": K}``.
+REQUEST.json: ``{"prompts": [[token ids], ...], "max_tokens": N, "num_tokens": K,
+"method": "draft_model" | "eagle"}``.
 RESULT.json gets the greedy outputs (token ids), the forward passes of the draft model,
 the proposer's calls, and the proposer's own counters, for
 ``tests/engine/test_hybrid_forward.py``. A separate process because the engine runs in it
@@ -18,14 +19,18 @@ import sys
 
 
 def main(target: str, drafter: str, request_path: str, result_path: str) -> None:
-    request = json.loads(open(request_path).read())  # noqa: SIM115, PTH123 - a test helper
+    request = json.loads(open(request_path).read())  # noqa: SIM115 - a test helper
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
     from agentspec.engine.config import ENV_CONFIG, DrafterSettings, EngineSettings
     from agentspec.engine.serve import hybrid_speculative_config
 
-    drafter_settings = DrafterSettings(model=drafter, num_tokens=request["num_tokens"])
+    drafter_settings = DrafterSettings(
+        model=drafter,
+        num_tokens=request["num_tokens"],
+        method=request.get("method", "draft_model"),
+    )
     os.environ[ENV_CONFIG] = EngineSettings(drafter=drafter_settings).to_env()
 
     from vllm import LLM, SamplingParams
@@ -60,7 +65,9 @@ def main(target: str, drafter: str, request_path: str, result_path: str) -> None
 
     proposer.propose = counted_propose
     params = SamplingParams(temperature=0.0, max_tokens=request["max_tokens"])
-    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in request["prompts"]], params)
+    outputs = llm.generate(
+        [TokensPrompt(prompt_token_ids=p) for p in request["prompts"]], params
+    )
     result = {
         "proposer": type(proposer).__name__,
         "outputs": [list(o.outputs[0].token_ids) for o in outputs],
@@ -68,7 +75,7 @@ def main(target: str, drafter: str, request_path: str, result_path: str) -> None
         "propose": counts["propose"],
         "engine": dict(proposer.driver.counters),
     }
-    with open(result_path, "w") as f:  # noqa: PTH123 - a test helper
+    with open(result_path, "w") as f:
         json.dump(result, f)
 
 

@@ -155,7 +155,7 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
         (["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-tokens", "33"],
          "--agentspec-drafter-tokens 33 is more than the longest draft (32 tokens)"),
         (["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"method": "suffix"}'],
-         "with --agentspec-drafter the speculative method is draft_model; --speculative-config has 'suffix'"),
+         "with --agentspec-drafter the speculative method is draft_model (--agentspec-drafter-method); --speculative-config has 'suffix'"),
         (["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"model": "other/drafter"}'],
          "the draft model is --agentspec-drafter's: drop model from --speculative-config"),
         (["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"num_speculative_tokens": 2}'],

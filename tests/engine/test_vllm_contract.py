@@ -249,12 +249,19 @@ def test_runner_module_global_draft_model_proposer() -> None:
 
     from agentspec.engine.hybrid import HybridProposer
 
+    from vllm.v1.spec_decode.eagle import EagleProposer
+
+    from agentspec.engine.hybrid import HybridEagleProposer
+
     source = inspect.getsource(GPUModelRunner.__init__)
-    assert "self.drafter = DraftModelProposer(" in source
-    assert issubclass(HybridProposer, DraftModelProposer)
-    child = list(inspect.signature(HybridProposer.__init__).parameters.values())
-    assert [p.name for p in child[:4]] == _params(DraftModelProposer.__init__) == ["self", "vllm_config", "device", "runner"]
-    assert all(p.default is not inspect.Parameter.empty for p in child[4:])
+    for parent, child_cls in ((DraftModelProposer, HybridProposer), (EagleProposer, HybridEagleProposer)):
+        assert f"self.drafter = {parent.__name__}(" in source
+        assert issubclass(child_cls, parent)
+        child = list(inspect.signature(child_cls.__init__).parameters.values())
+        assert [p.name for p in child[:4]] == _params(parent.__init__) == ["self", "vllm_config", "device", "runner"]
+        assert all(p.default is not inspect.Parameter.empty for p in child[4:])
+        # Neither overrides the base's propose, which the hybrid calls for the model's passes.
+        assert "propose" not in vars(parent)
 
 
 def test_runner_calls_the_draft_model_proposer_as_the_hybrid_expects() -> None:
