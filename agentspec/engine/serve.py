@@ -293,6 +293,7 @@ def serve(
                 num_tokens=drafter_tokens,
                 method=drafter_method,  # type: ignore[arg-type]
             )
+            check_drafter_vocab(model, drafter_settings)
         except ValueError as exc:
             _fail(f"--agentspec-drafter: {exc}", 2)
     made_state_dir = state_dir is None
@@ -336,6 +337,32 @@ def drafter_model(name: str) -> str:
     if len(parts) == 2 and all(parts) and not name.startswith((".", "~")):
         return name
     raise ValueError(f"no such model folder: {name}")
+
+
+def check_drafter_vocab(model: str, drafter: DrafterSettings) -> None:
+    """Refuse a draft model whose vocabulary size differs from the target's, where both
+    are local folders (vLLM refuses it too, but only once the engine is loading)."""
+    if drafter.method != "draft_model":
+        return  # EAGLE heads may draft in a reduced vocabulary of their own
+    sizes = []
+    for folder in (model, drafter.model):
+        path = os.path.join(folder, "config.json")
+        if not os.path.isfile(path):
+            return
+        try:
+            with open(path) as f:
+                config = json.load(f)
+        except (OSError, ValueError):
+            return
+        size = config.get("vocab_size", (config.get("text_config") or {}).get("vocab_size"))
+        if not isinstance(size, int):
+            return
+        sizes.append(size)
+    if sizes[0] != sizes[1]:
+        raise ValueError(
+            f"the draft model's vocabulary ({sizes[1]} tokens) is not the target's ({sizes[0]}):"
+            " a draft model must share the target's tokenizer"
+        )
 
 
 def _fail(message: str, code: int) -> NoReturn:

@@ -520,4 +520,7 @@ class DraftIndex:
             policy_version=s.policy_version,
             drafted_tokens_by_policy_version=dict(s.drafted_tokens_by_policy_version),
             accepted_tokens_by_policy_version=dict(s.accepted_tokens_by_policy_version),
+            model_draft_steps=s.model_draft_steps,
+            model_drafted_tokens=s.model_drafted_tokens,
+            model_accepted_tokens=s.model_accepted_tokens,
         )

@@ -272,3 +272,15 @@ def test_a_withdrawn_draft_counts_as_neither_proposed_nor_verified() -> None:
     stats = d.index.session_stats("s")
     assert stats is not None and stats.drafted_tokens == 0 and after.accepted_tokens_by_level[draft.level.value] == 0
     assert d.may_draft("a")
+
+
+def test_model_drafts_are_counted_apart_in_session_and_group_stats() -> None:
+    d = _driver()
+    d.admit("a", RequestSpec("s", "g"))
+    d.begin("a", PROMPT)
+    d.index.record_model_verification("a", 4, 3)
+    d.index.record_model_verification("a", 4, 0)
+    for stats in (d.index.session_stats("s"), d.index.group_stats("g")):
+        assert stats is not None
+        assert (stats.model_draft_steps, stats.model_drafted_tokens, stats.model_accepted_tokens) == (2, 8, 3)
+        assert (stats.draft_steps, stats.drafted_tokens) == (0, 0)  # the index's own stay apart

@@ -76,6 +76,18 @@ def test_cli_drafter_takes_keys_of_the_users_speculative_config() -> None:
     assert spec["draft_sample_method"] == "probabilistic" and spec["num_speculative_tokens"] == 16
 
 
+def test_cli_drafter_with_another_vocabulary_is_refused(tmp_path: Path) -> None:
+    target, drafter = tmp_path / "target", tmp_path / "drafter"
+    for folder, vocab in ((target, 4096), (drafter, 32000)):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({"vocab_size": vocab}))
+    result = CliRunner().invoke(_app(), ["serve", str(target), "--agentspec-drafter", str(drafter), "--agentspec-dry-run"])
+    assert result.exit_code == 2
+    assert "the draft model's vocabulary (32000 tokens) is not the target's (4096)" in result.output
+    same = CliRunner().invoke(_app(), ["serve", str(target), "--agentspec-drafter", str(target), "--agentspec-dry-run"])
+    assert same.exit_code == 0, same.output
+
+
 def test_cli_drafter_folder_must_hold_a_model(tmp_path: Path) -> None:
     result = CliRunner().invoke(_app(), ["serve", "m", "--agentspec-drafter", str(tmp_path), "--agentspec-dry-run"])
     assert result.exit_code == 2 and "has no config.json: not a model folder" in result.output
