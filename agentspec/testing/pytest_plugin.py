@@ -103,6 +103,21 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(cache)
 
 
+def _build_drafter(model_dir: Path) -> Path:
+    """The tiny model's draft model (agentspec.testing.tiny_model.build_tiny_drafter), built
+    by the interpreter that serves."""
+    python = server_python()
+    if python is None:
+        from agentspec.testing.tiny_model import build_tiny_drafter
+
+        return build_tiny_drafter(model_dir)
+    code = "import sys; from agentspec.testing.tiny_model import build_tiny_drafter as b; print(b(sys.argv[1]))"
+    built = subprocess.run([python, "-c", code, str(model_dir)], capture_output=True, text=True, check=False)
+    if built.returncode != 0:
+        raise RuntimeError(f"{ENV_SERVER_PYTHON}={python} could not build the tiny drafter:\n{built.stderr[-2000:]}")
+    return Path(built.stdout.strip().splitlines()[-1])
+
+
 class _Servers:
     """Starts each kind of server at most once; stops them at the end of the session."""
 
@@ -136,6 +151,21 @@ class _Servers:
             )
             server = VLLMServer.launch(
                 self.model_dir, agentspec=True, settings=settings, log_dir=self.log_dir, python=server_python()
+            )
+        elif kind == "hybrid-sampled":
+            # A real small drafter (the tiny model's first two layers) whose drafts vLLM
+            # samples (draft_sample_method probabilistic), so vLLM keeps its probabilities.
+            settings = EngineSettings(
+                index=TEST_INDEX_CONFIG,
+                drafter=DrafterSettings(model=str(_build_drafter(self.model_dir)), num_tokens=4),
+            )
+            server = VLLMServer.launch(
+                self.model_dir,
+                agentspec=True,
+                settings=settings,
+                extra_args=["--speculative-config", '{"draft_sample_method": "probabilistic"}'],
+                log_dir=self.log_dir,
+                python=server_python(),
             )
         elif kind == "secured":
             # One option, several values (a repeated option replaces). Scale-out on: vLLM's
@@ -189,6 +219,8 @@ def _vllm_servers(
             wanted.add("secured")
         if "agentspec_hybrid_server" in names:
             wanted.add("hybrid")
+        if "agentspec_hybrid_sampled_server" in names:
+            wanted.add("hybrid-sampled")
     servers = _Servers(
         tiny_model_dir, tmp_path_factory.mktemp("vllm-logs"), tmp_path_factory.mktemp("exchange"), wanted
     )
@@ -229,3 +261,10 @@ def agentspec_hybrid_server(_vllm_servers: _Servers):
     """``agentspec serve --agentspec-drafter`` on the tiny model, hybrid drafting with the
     tiny model as its own draft model (4 tokens per model draft)."""
     return _vllm_servers.get("hybrid")
+
+
+@pytest.fixture(scope="session")
+def agentspec_hybrid_sampled_server(_vllm_servers: _Servers):
+    """``agentspec serve --agentspec-drafter`` with the tiny model's two-layer draft model,
+    whose drafts vLLM samples (``draft_sample_method: probabilistic``)."""
+    return _vllm_servers.get("hybrid-sampled")

@@ -169,7 +169,7 @@ def _samples(base: str, prompt: str, requests: int = 8, n: int = 50) -> list[lis
     body = {
         "model": "tiny",
         "prompt": prompt,
-        "max_tokens": 6,
+        "max_tokens": 8,
         "temperature": 1.0,
         "n": n,
         "return_token_ids": True,
@@ -208,7 +208,9 @@ def _tv_permutation_p(
     return observed, (hits + 1) / (rounds + 1)
 
 
-@pytest.mark.parametrize("server", ["agentspec_hybrid_server", "agentspec_server"])
+@pytest.mark.parametrize(
+    "server", ["agentspec_hybrid_server", "agentspec_hybrid_sampled_server", "agentspec_server"]
+)
 def test_sampled_outputs_keep_the_targets_distribution(
     request, plain_server, server: str
 ) -> None:
@@ -223,7 +225,14 @@ def test_sampled_outputs_keep_the_targets_distribution(
     text = httpx.get(base + "/metrics").text
     drafted0 = metric_value(text, "vllm:spec_decode_num_draft_tokens_total")
     accepted0 = metric_value(text, "vllm:spec_decode_num_accepted_tokens_total")
+    paths0 = _engine(base)
     ours, ref = _samples(base, prompt), _samples(plain_server.url, prompt)
+    if server != "agentspec_server":
+        # Both drafters drafted under sampling (with probabilistic draft sampling, the
+        # index's rows carried one-hot probabilities next to the model's).
+        idle_stats(base)
+        d = _delta(paths0, _engine(base))
+        assert d["suffix_drafts_total"] > 0 and d["model_drafts_total"] > 0, d
     text = httpx.get(base + "/metrics").text
     drafted = metric_value(text, "vllm:spec_decode_num_draft_tokens_total") - drafted0
     accepted = (
