@@ -15,7 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 import pytest
-from engine_helpers import PROMPTS, chat_ok, completion_ok, idle_stats, server_stats, session_stats
+from engine_helpers import (
+    PROMPTS,
+    chat_ok,
+    completion_ok,
+    idle_stats,
+    server_stats,
+    session_stats,
+)
 
 from agentspec.testing.stats import metric_value
 
