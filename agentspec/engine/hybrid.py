@@ -178,15 +178,7 @@ class HybridDrafting(SessionDrafting):
                     self._count(f"{path.value}_draft_tokens_total", len(tokens))
             drafts.append(tokens)
 
-        if self.driver.budget is not None and drafts:
-            self.driver.budget.observe_step(
-                rows,
-                float(input_batch.num_tokens_no_spec[:rows].sum()) / rows,
-                (perf_counter() - started) / rows,
-                budget > 0,
-            )
-        self._dirty = True
-        self.publish()
+        self._end_propose(input_batch, len(drafts), started, budget)
         return drafts
 
     # ------------------------------------------------------------------ internals

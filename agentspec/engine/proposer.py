@@ -233,6 +233,18 @@ class SessionDrafting:
             driver.verified(req_id, len(sampled) - 1, sampled)
             driver.advance(req_id, sampled)
 
+    def _end_propose(self, input_batch: Any, rows: int, started: float, budget: int) -> None:
+        """After a step's drafts: feed the budget what the step cost, publish statistics."""
+        if self.driver.budget is not None and rows:
+            self.driver.budget.observe_step(
+                rows,
+                float(input_batch.num_tokens_no_spec[:rows].sum()) / rows,
+                (perf_counter() - started) / rows,
+                budget > 0,
+            )
+        self._dirty = True
+        self.publish()
+
     # ------------------------------------------------------------------ statistics
 
     def _count(self, key: str, n: float = 1) -> None:
@@ -313,16 +325,7 @@ class AgentspecProposer(SessionDrafting, SuffixDecodingProposer):
                 self.driver.disable(req_id)
                 draft = None
             drafts.append(draft.token_ids if draft is not None else [])
-        if self.driver.budget is not None and drafts:
-            rows = len(drafts)
-            self.driver.budget.observe_step(
-                rows,
-                float(input_batch.num_tokens_no_spec[:rows].sum()) / rows,
-                (perf_counter() - started) / rows,
-                budget > 0,
-            )
-        self._dirty = True
-        self.publish()
+        self._end_propose(input_batch, len(drafts), started, budget)
         return drafts
 
     def _draft(
