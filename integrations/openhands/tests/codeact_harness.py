@@ -99,7 +99,13 @@ class CodeAct:
     ) -> tuple[TaskAttempt, Run]:
         agent = Agent(
             llm=task.llm(),
-            tools=[Tool(name=TerminalTool.name), Tool(name=FileEditorTool.name)],
+            # The subprocess terminal (a shell on a pseudo-terminal): OpenHands' default,
+            # a pool of tmux panes, misses its prompt markers on a loaded machine and then
+            # reports every command's exit code as unknown after a 30 s wait.
+            tools=[
+                Tool(name=TerminalTool.name, params={"terminal_type": "subprocess"}),
+                Tool(name=FileEditorTool.name),
+            ],
             system_prompt=SYSTEM_PROMPT,
             condenser=condenser,
         )
