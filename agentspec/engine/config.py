@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentspec import wire
+from agentspec.engine.exchange_config import RedisExchangeConfig
 from agentspec.policy import IndexConfig
 from agentspec.speed import parse_speed_model
 
@@ -111,7 +112,24 @@ class EngineSettings(BaseModel):
             " there and indexes the others' into its global corpus. None: off."
         ),
     )
-    exchange_interval_s: float = Field(0.5, gt=0, description="Least time between two polls of the exchange folder.")
+    exchange_url: str | None = Field(
+        None,
+        description=(
+            "redis://host:port/db[?stream=NAME&max_entries=N&max_age_s=S]: the replicas of one"
+            " model exchange their finished outputs through a Redis stream (see"
+            " agentspec.engine.exchange.redis_streams). None: off. Not with exchange_dir."
+        ),
+    )
+    replica_id: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "This server's name among the replicas, the same after a restart (agentspec serve"
+            " uses host:port unless told). Each drafting worker appends its data-parallel rank."
+            " None: host and process id (not stable)."
+        ),
+    )
+    exchange_interval_s: float = Field(0.5, gt=0, description="Least time between two polls of the exchange.")
 
     drafter: DrafterSettings | None = Field(
         None,
@@ -127,6 +145,10 @@ class EngineSettings(BaseModel):
             raise ValueError("no_draft_batch must be >= full_draft_batch")
         if self.speed_model is not None:
             parse_speed_model(self.speed_model)  # a clear error now, not in the engine
+        if self.exchange_url is not None:
+            if self.exchange_dir is not None:
+                raise ValueError("choose one exchange: a folder (exchange_dir) or Redis (exchange_url), not both")
+            RedisExchangeConfig.parse(self.exchange_url)
         return self
 
     def to_env(self) -> str:

@@ -99,6 +99,10 @@ def _index_keys(keys: dict[str, str]) -> Callable[..., Any]:
     return lambda snap: [((label,), snap.get("index", {}).get(key, 0)) for label, key in keys.items()]
 
 
+def _engine_keys(keys: dict[str, str]) -> Callable[..., Any]:
+    return lambda snap: [((label,), snap.get("engine", {}).get(key, 0)) for label, key in keys.items()]
+
+
 def _distribution(name: str) -> Callable[..., Any]:
     return lambda snap: [((), {int(v): n for v, n in snap.get("distributions", {}).get(name, {}).items()})]
 
@@ -199,6 +203,30 @@ SERIES: tuple[Series, ...] = (
     Series("agentspec_exchange_retired", "counter",
            "Outputs of other replicas dropped: generated under a retired policy version.", (),
            _value("engine", "exchange_retired_total")),
+    # The Redis transport's own (agentspec.engine.exchange.redis_streams); the folder has none.
+    Series("agentspec_exchange_sent", "counter", "Published outputs Redis has taken (the stream's entries).", (),
+           _value("engine", "exchange_sent_total")),
+    Series("agentspec_exchange_read", "counter",
+           "Other replicas' entries read from Redis and handed to the engine (its own earlier ones included).", (),
+           _value("engine", "exchange_read_total")),
+    Series("agentspec_exchange_restored", "counter",
+           "This replica's own outputs of an earlier run, read back from Redis after a restart.", (),
+           _value("engine", "exchange_restored_total")),
+    Series("agentspec_exchange_skipped", "counter",
+           "Entries not taken in, by reason: corrupt, foreign (another model), duplicate, expired.", ("reason",),
+           _engine_keys({r: f"exchange_skipped_{r}_total" for r in ("corrupt", "foreign", "duplicate", "expired")})),
+    Series("agentspec_exchange_dropped", "counter",
+           "Outputs dropped by a full queue: outbound (Redis unreachable) or inbound (the engine behind).",
+           ("direction",), _engine_keys({d: f"exchange_dropped_{d}_total" for d in ("outbound", "inbound")})),
+    Series("agentspec_exchange_pending", "gauge", "Outputs queued for Redis, not yet taken.", (),
+           _value("engine", "exchange_pending")),
+    Series("agentspec_exchange_lag_seconds", "gauge",
+           "Age of the latest entry read, from its publication to its reading.", (),
+           _value("engine", "exchange_lag_seconds")),
+    Series("agentspec_exchange_connected", "gauge", "Whether the replica reaches Redis (1) or drafts alone (0).", (),
+           _value("engine", "exchange_connected")),
+    Series("agentspec_exchange_outages", "counter", "Times the replica lost Redis.", (),
+           _value("engine", "exchange_outages_total")),
 )  # fmt: skip
 
 

@@ -13,8 +13,9 @@ drives its own suffix method: same call, same verification, same scheduling. Wha
 - the prompt of a session's next call is indexed incrementally (only the new tail);
 - the draft budget shrinks with the batch (:mod:`agentspec.budget`);
 - it publishes statistics for the API server (:mod:`agentspec.engine.metrics`);
-- with ``exchange_dir`` set, it shares finished outputs with the other replicas of the
-  model and indexes theirs into its global corpus (:mod:`agentspec.engine.exchange`).
+- with ``exchange_dir`` or ``exchange_url`` set, it shares finished outputs with the other
+  replicas of the model and indexes theirs into its global corpus
+  (:mod:`agentspec.engine.exchange`: a folder, or a Redis stream).
 
 All of this but the drafting itself is :class:`SessionDrafting`'s, which the hybrid
 proposer (:mod:`agentspec.engine.hybrid`, the index beside a draft model) shares.
@@ -45,7 +46,8 @@ from agentspec import wire
 from agentspec.budget import BatchBudget, DraftBudget
 from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
 from agentspec.engine.config import EngineSettings, load_settings
-from agentspec.engine.exchange import TenantExchange
+from agentspec.engine.exchange import Exchange, open_exchange
+from agentspec.engine.exchange_config import redacted
 from agentspec.engine.metrics import SnapshotWriter
 from agentspec.engine.tenancy import SHARED_TENANT
 from agentspec.errors import DraftIndexError
@@ -75,6 +77,8 @@ class SessionDrafting:
         self.num_speculative_tokens: int = spec.num_speculative_tokens
         # The labels vLLM's own series carry, for ours (see agentspec.engine.prometheus).
         self.model_name = str(vllm_config.model_config.served_model_name)
+        # Replicas exchange outputs only with replicas of the same model and vocabulary.
+        self.model_fingerprint = f"{self.model_name}:{vllm_config.model_config.get_vocab_size()}"
         self.engine_index = str(getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0)
         self.max_model_len: int = vllm_config.model_config.max_model_len
         # The draft knobs vLLM's suffix method exposes come from --speculative-config, so
@@ -98,7 +102,8 @@ class SessionDrafting:
         self._writer: SnapshotWriter | None = None
         self._dirty = False
         self._next_publish = 0.0
-        self._exchange: TenantExchange | None = None
+        self._exchange: Exchange | None = None
+        self._exchange_counters: dict[str, float] = {}  # the transport's, as last polled
         self._next_poll = 0.0
 
     # ------------------------------------------------------------------ lifecycle (runner)
@@ -117,15 +122,22 @@ class SessionDrafting:
             self._writer = SnapshotWriter(self.settings.state_dir, f"{worker_name}.json")
             self._dirty = True
             self.publish(force=True)
-        if self.settings.exchange_dir:
+        if self.settings.exchange_dir or self.settings.exchange_url:
             if not exchange_ok:
                 logger.warning("agentspec: corpus exchange is off: it needs tensor- and pipeline-parallel size 1")
             elif self.index.config.global_max_tokens == 0:
                 logger.warning("agentspec: corpus exchange is off: the global corpus is off (global_max_tokens=0)")
             else:
-                name = f"{socket.gethostname()}-{os.getpid()}-{worker_name.removeprefix('proposer-')}"
-                self._exchange = TenantExchange(self.settings.exchange_dir, name)
-                logger.info("agentspec: exchanging outputs through %s as %s", self.settings.exchange_dir, name)
+                base = self.settings.replica_id or f"{socket.gethostname()}-{os.getpid()}"
+                replica = f"{base}-{worker_name.removeprefix('proposer-')}"
+                self._exchange = open_exchange(
+                    exchange_dir=self.settings.exchange_dir,
+                    exchange_url=self.settings.exchange_url,
+                    replica_id=replica,
+                    model=self.model_fingerprint,
+                )
+                where = self.settings.exchange_dir or redacted(self.settings.exchange_url or "")
+                logger.info("agentspec: exchanging outputs through %s as replica %s", where, replica)
 
     def on_request_added(self, req_id: str, sampling_params: Any) -> None:
         """A request reached the worker: note its session, group and stop conditions
@@ -177,7 +189,7 @@ class SessionDrafting:
             out = self.driver.release(req_id, share=self._exchange is not None)
             if out is None or not len(out) or self._exchange is None or spec is None:
                 continue
-            if self._exchange.publish(out, spec.tenant, version):
+            if self._exchange.publish(out, spec.tenant, version, spec.group_id):
                 self._count("exchange_published_total")
             self._dirty = True
 
@@ -211,7 +223,9 @@ class SessionDrafting:
                 continue
             self._count("exchange_received_total")
             self._count("exchange_received_tokens_total", n)
-        if records:
+        transport = self._exchange.counters()
+        if records or transport != self._exchange_counters:
+            self._exchange_counters = transport
             self._dirty = True
 
     # ------------------------------------------------------------------ drafting, shared
@@ -260,7 +274,7 @@ class SessionDrafting:
         return {
             "model_name": self.model_name,
             "engine_index": self.engine_index,
-            "engine": dict(self.driver.counters),
+            "engine": {**self.driver.counters, **self._exchange_counters},
             "distributions": {k: {str(v): n for v, n in c.items()} for k, c in self.driver.distributions.items()},
             "index": dataclasses.asdict(self.index.stats()),
             "sessions": sessions,

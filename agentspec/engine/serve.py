@@ -36,6 +36,7 @@ import secrets
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ import typer
 from agentspec import wire
 from agentspec._extras import missing_message
 from agentspec.engine.config import ENV_CONFIG, DrafterSettings, EngineSettings
+from agentspec.engine.exchange_config import RedisExchangeConfig
 from agentspec.engine.vllm_args import (
     VllmArgsError,
     split_model,
@@ -62,6 +64,8 @@ MIDDLEWARE = "agentspec.engine.middleware.SessionIdMiddleware"
 OPTION_PREFIX = "--agentspec-"
 #: vLLM's speculative methods a drafter beside the index can use.
 DRAFTER_METHODS = ("draft_model", "eagle", "eagle3")
+#: vLLM's port when ``--port`` is not given.
+DEFAULT_PORT = 8000
 #: The module that runs vLLM's ``serve`` command (``python -m``).
 LAUNCH_MODULE = "agentspec.engine.launch"
 
@@ -226,6 +230,22 @@ def serve(
             " through it into every replica's global corpus (tensor/pipeline-parallel size 1 only).",
         ),
     ] = None,
+    exchange_url: Annotated[
+        str | None,
+        typer.Option(
+            "--agentspec-exchange",
+            help="redis://HOST:PORT/DB[?stream=NAME&max_entries=N&max_age_s=S]: exchange outputs with the other"
+            " replicas of this model through a Redis stream, across machines (docs/fleet.md).",
+            metavar="URL",
+        ),
+    ] = None,
+    replica_id: Annotated[
+        str | None,
+        typer.Option(
+            "--agentspec-replica-id",
+            help="This server's name among the exchanging replicas, kept across restarts (default: HOST:PORT).",
+        ),
+    ] = None,
     share_across_tenants: Annotated[
         bool,
         typer.Option(
@@ -296,6 +316,16 @@ def serve(
             check_drafter_vocab(model, drafter_settings)
         except ValueError as exc:
             _fail(f"--agentspec-drafter: {exc}", 2)
+    if exchange_url is not None:
+        if exchange_dir is not None:
+            _fail("choose one exchange: --agentspec-exchange-dir (one machine) or --agentspec-exchange (Redis)", 2)
+        try:
+            RedisExchangeConfig.parse(exchange_url)
+        except ValueError as exc:
+            _fail(f"--agentspec-exchange: {exc}", 2)
+        redis_missing = missing_message("redis")
+        if not dry_run and redis_missing is not None:
+            _fail(redis_missing, 1)
     made_state_dir = state_dir is None
     if state_dir is None:
         state_dir = tempfile.mkdtemp(prefix="agentspec-state-") if not dry_run else "<temporary folder>"
@@ -309,6 +339,8 @@ def serve(
             max_seeds_per_request=max_seeds,
             max_seed_tokens_per_request=max_seed_tokens,
             exchange_dir=os.path.abspath(exchange_dir) if exchange_dir else None,
+            exchange_url=exchange_url,
+            replica_id=replica_id or default_replica_id(vllm_args),
             share_across_tenants=share_across_tenants,
             drafter=drafter_settings,
         )
@@ -324,6 +356,12 @@ def serve(
     finally:
         if made_state_dir:
             shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def default_replica_id(vllm_args: list[str]) -> str:
+    """``HOST:PORT``: the same for a server restarted on the same machine and port, and
+    unique within a fleet whose machines have unique names."""
+    return f"{socket.gethostname()}:{_option_value(vllm_args, '--port') or DEFAULT_PORT}"
 
 
 def drafter_model(name: str) -> str:

@@ -59,9 +59,18 @@ def bench(
         typer.Option(
             "--exchange",
             help="Replicas exchange finished outputs into each other's global corpus (agentspec's"
-            " --agentspec-exchange-dir); proposers that cannot are unaffected.",
+            " --agentspec-exchange-dir / --agentspec-exchange); proposers that cannot are unaffected.",
         ),
     ] = False,
+    exchange_lag: Annotated[
+        int,
+        typer.Option(
+            "--exchange-lag",
+            help="With --exchange: outputs reach the other replicas N calls after theirs ended"
+            " (delivery delay; 0: at once).",
+            min=0,
+        ),
+    ] = 0,
     window: Annotated[
         int | None,
         typer.Option(
@@ -166,6 +175,7 @@ def bench(
             routing=per_proposer,
             default_routing=default_routing,
             exchange=exchange,
+            exchange_lag=exchange_lag,
             window=window,
             seed_dropped=seed_dropped,
             concurrency=concurrency,

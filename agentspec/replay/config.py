@@ -56,6 +56,10 @@ class ReplayConfig(BaseModel):
     #: Only proposers that implement :class:`~agentspec.replay.proposer.SharesOutputs` take
     #: part; the others are unaffected.
     exchange: bool = False
+    #: With ``exchange``: an output reaches the other replicas this many calls (of the
+    #: replayed source, across its sessions) after its own call ended, as a real exchange
+    #: delivers it a poll interval and a network hop later (recordings carry no times).
+    exchange_lag: int = Field(default=0, ge=0)
     #: Condenser emulation: prompts keep system + first user + recent messages
     #: within this many tokens (None = whole prompts).
     window: int | None = Field(default=None, ge=1)

@@ -164,6 +164,7 @@ def _share_config(config: ReplayConfig) -> ReplayConfig:
         routing={PROPOSER: config.routing_for("agentspec")},
         replicas=config.replicas,
         exchange=config.exchange,
+        exchange_lag=config.exchange_lag,
         concurrency=config.concurrency,
         memory_every=config.memory_every,
         proposer_settings=config.proposer_settings,

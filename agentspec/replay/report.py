@@ -26,10 +26,14 @@ def render_table(result: ReplayResult, baseline: str | None = None, compact: boo
     baseline = baseline or result.settings.get("baseline", "vllm-suffix")
     s = result.settings
     multi = (s.get("replicas") or 1) > 1
+    exchanging = ""
+    if s.get("exchange") and multi:
+        lag = s.get("exchange_lag") or 0
+        exchanging = " exchanging outputs" + (f" {lag} calls late" if lag else "")
     caption = (
         f"AL = output tokens per decoding step (1.00 = no speculation); accept = accepted / "
         f"drafted tokens; vs oracle (/oracle), vs {baseline} (/base): AL ratios. replicas={s.get('replicas')}"
-        f"{' exchanging outputs' if s.get('exchange') and multi else ''}, window={s.get('window')}{' with condenser seeding' if s.get('seed_dropped') else ''}, concurrency={s.get('concurrency')}. Speedup estimate: "
+        f"{exchanging}, window={s.get('window')}{' with condenser seeding' if s.get('seed_dropped') else ''}, concurrency={s.get('concurrency')}. Speedup estimate: "
         f"{s['cost']['step_ms']} ms/step + {s['cost']['draft_token_ms']} ms/draft token + "
         f"measured drafter time."
     )

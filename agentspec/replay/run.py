@@ -115,6 +115,7 @@ def replay_workloads(
             memory_every=config.memory_every,
             on_call=(partial(on_call, source) if on_call else None),
             exchange=config.exchange,
+            exchange_lag=config.exchange_lag,
         )
         for source, wl in workloads.items()
     ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 
@@ -273,9 +274,12 @@ class _Fleet:
     routing: Routing
     replicas: int
     exchange: bool = False
+    exchange_lag: int = 0
     tally: Tally = field(default_factory=Tally)
     servers: dict[int, Proposer] = field(default_factory=dict)
     client: ClientRouting | None = None  # for Routing.CLIENT
+    # Published outputs on their way: (the call number they arrive at, publisher, outputs).
+    in_flight: deque[tuple[int, Proposer, list[np.ndarray]]] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
         if not (self.exchange and self.replicas > 1):
@@ -298,18 +302,21 @@ class _Fleet:
             s = self.servers[r] = self.make()
         return s
 
-    def exchange_outputs(self, source: Proposer) -> None:
-        """What ``source`` published goes to every other replica; the indexing is index time."""
+    def exchange_outputs(self, source: Proposer, call: int) -> None:
+        """What ``source`` published at call number ``call`` goes to every other replica
+        ``exchange_lag`` calls later; the indexing is index time."""
         if not self.exchange:
             return
         outputs = source.take_shared_outputs()  # type: ignore[attr-defined]
-        if not outputs:
-            return
-        t0 = _now()
-        for peer in self.servers.values():
-            if peer is not source:
-                peer.add_peer_outputs(outputs)  # type: ignore[attr-defined]
-        self.tally.index_ns += _now() - t0
+        if outputs:
+            self.in_flight.append((call + self.exchange_lag, source, outputs))
+        while self.in_flight and self.in_flight[0][0] <= call:
+            _, publisher, arrived = self.in_flight.popleft()
+            t0 = _now()
+            for peer in self.servers.values():
+                if peer is not publisher:
+                    peer.add_peer_outputs(arrived)  # type: ignore[attr-defined]
+            self.tally.index_ns += _now() - t0
 
     def sample_memory(self) -> None:
         total = sum(s.memory_bytes() for s in self.servers.values())
@@ -330,6 +337,7 @@ def replay_source(
     memory_every: int = 256,
     on_call: Callable[[], None] | None = None,
     exchange: bool = False,
+    exchange_lag: int = 0,
 ) -> SourceResult:
     """Replay one source's workload through every proposer, on fresh servers.
 
@@ -338,7 +346,8 @@ def replay_source(
     """
     start = time.perf_counter()
     fleets = {
-        name: _Fleet(make, routing.get(name, Routing.SPREAD), replicas, exchange) for name, make in proposers.items()
+        name: _Fleet(make, routing.get(name, Routing.SPREAD), replicas, exchange, exchange_lag)
+        for name, make in proposers.items()
     }
     for fleet in fleets.values():
         if fleet.routing is Routing.CLIENT and replicas > 1:
@@ -353,7 +362,7 @@ def replay_source(
         for fleet in fleets.values():
             server = fleet.server(spec)
             replay_call(server, spec, prompt, output, output_list, fleet.tally, context, seeds)
-            fleet.exchange_outputs(server)
+            fleet.exchange_outputs(server, n)
             if fleet.client is not None:
                 fleet.client.done(spec)
         if n % memory_every == 0:

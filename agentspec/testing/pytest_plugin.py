@@ -17,7 +17,11 @@ pytest run each kind of server starts at most once). Fixtures:
 - ``plain_server``: plain vLLM on the same model without speculation, the reference for
   losslessness;
 - ``agentspec_secured_server``: ``agentspec serve`` with API keys (``SECURED_API_KEYS``) and two
-  API servers (``--api-server-count 2``: Prometheus multiprocess mode).
+  API servers (``--api-server-count 2``: Prometheus multiprocess mode);
+- ``redis_exchange``: a real ``redis-server`` (:mod:`agentspec.testing.redis_server`), and
+  ``agentspec_fleet_servers``: two ``agentspec serve`` replicas that exchange their outputs
+  through it (``EngineSettings.exchange_url``, replica ids ``fleet-a`` and ``fleet-b``);
+  tenants isolated.
 
 Servers start only when a collected test asks for them; those named by the collected tests
 start concurrently. Without vLLM installed (the base install, or only the ``test`` extra),
@@ -41,6 +45,7 @@ from pathlib import Path
 import pytest
 
 from agentspec.policy import IndexConfig
+from agentspec.testing.redis_server import NO_REDIS, RedisServer, redis_server_binary
 
 #: The API keys of ``agentspec_secured_server``.
 SECURED_API_KEYS = ("key-tenant-a", "key-tenant-b")
@@ -56,6 +61,9 @@ TEST_INDEX_CONFIG = IndexConfig(
     seed_max_total_tokens=50_000,
 )
 
+#: The replica ids of ``agentspec_fleet_servers``, and their Redis stream.
+FLEET = ("fleet-a", "fleet-b")
+FLEET_STREAM = "agentspec-test-fleet"
 
 NO_VLLM = 'vLLM is not installed (pip install "vllm-agentspec[cpu]" or "vllm-agentspec[serve]")'
 #: What building the tiny model imports (all of them come with vLLM).
@@ -127,6 +135,14 @@ class _Servers:
         self.exchange_dir = exchange_dir  # shared by the agentspec servers (replicas)
         self.wanted = wanted
         self.servers: dict[str, object] = {}
+        self.redis: RedisServer | None = None  # the fleet's exchange, started with the fleet
+
+    def redis_server(self) -> RedisServer:
+        if self.redis is None:
+            if redis_server_binary() is None:
+                pytest.skip(NO_REDIS)
+            self.redis = RedisServer().start()
+        return self.redis
 
     def _launch(self, kind: str) -> None:
         from agentspec.engine.config import DrafterSettings, EngineSettings
@@ -167,6 +183,18 @@ class _Servers:
                 log_dir=self.log_dir,
                 python=server_python(),
             )
+        elif kind in FLEET:
+            # Replicas on "two machines": only Redis between them. The stream is named so
+            # that a test can reach it (corrupt entries, trimming).
+            settings = EngineSettings(
+                index=TEST_INDEX_CONFIG,
+                exchange_url=f"{self.redis_server().url}?stream={FLEET_STREAM}",
+                replica_id=kind,
+                exchange_interval_s=0.1,
+            )
+            server = VLLMServer.launch(
+                self.model_dir, agentspec=True, settings=settings, log_dir=self.log_dir, python=server_python()
+            )
         elif kind == "secured":
             # One option, several values (a repeated option replaces). Scale-out on: vLLM's
             # /inference/v1/generate is a route agentspec's middleware does not rewrite.
@@ -197,6 +225,8 @@ class _Servers:
     def stop(self) -> None:
         for server in self.servers.values():
             server.stop()  # type: ignore[attr-defined]
+        if self.redis is not None:
+            self.redis.close()
 
 
 @pytest.fixture(scope="session")
@@ -221,6 +251,8 @@ def _vllm_servers(
             wanted.add("hybrid")
         if "agentspec_hybrid_sampled_server" in names:
             wanted.add("hybrid-sampled")
+        if "agentspec_fleet_servers" in names:
+            wanted.update(FLEET)
     servers = _Servers(
         tiny_model_dir, tmp_path_factory.mktemp("vllm-logs"), tmp_path_factory.mktemp("exchange"), wanted
     )
@@ -268,3 +300,15 @@ def agentspec_hybrid_sampled_server(_vllm_servers: _Servers):
     """``agentspec serve --agentspec-drafter`` with the tiny model's two-layer draft model,
     whose drafts vLLM samples (``draft_sample_method: probabilistic``)."""
     return _vllm_servers.get("hybrid-sampled")
+
+
+@pytest.fixture(scope="session")
+def agentspec_fleet_servers(_vllm_servers: _Servers):
+    """Two ``agentspec serve`` replicas (``fleet-a``, ``fleet-b``) exchanging through Redis."""
+    return tuple(_vllm_servers.get(kind) for kind in FLEET)
+
+
+@pytest.fixture(scope="session")
+def redis_exchange(_vllm_servers: _Servers, agentspec_fleet_servers) -> RedisServer:
+    """The ``redis-server`` of ``agentspec_fleet_servers`` (a test may stop and start it)."""
+    return _vllm_servers.redis_server()

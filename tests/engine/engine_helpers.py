@@ -129,6 +129,6 @@ def vllm_config_stand_in(num_speculative_tokens: int) -> Any:
     )
     return SimpleNamespace(
         speculative_config=spec,
-        model_config=SimpleNamespace(max_model_len=4096, served_model_name="m"),
+        model_config=SimpleNamespace(max_model_len=4096, served_model_name="m", get_vocab_size=lambda: 512),
         parallel_config=SimpleNamespace(data_parallel_rank=0),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -134,6 +135,21 @@ def test_cli_exchange_dir(tmp_path: Path) -> None:
     assert json.loads(assignment.split("=", 1)[1])["exchange_dir"] == str(tmp_path)
 
 
+def test_cli_exchange_over_redis_names_a_stable_replica() -> None:
+    url = "redis://:secret@redis.internal:6379/2?stream=agents&max_entries=500"
+    result = CliRunner().invoke(
+        _app(), ["serve", "my-model", "--port", "8001", "--agentspec-exchange", url, "--agentspec-dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    settings = json.loads(shlex.split(result.output)[0].split("=", 1)[1])
+    # HOST:PORT by default: the same when the server restarts on its machine and port.
+    assert settings["exchange_url"] == url and settings["replica_id"] == f"{socket.gethostname()}:8001"
+    named = CliRunner().invoke(
+        _app(), ["serve", "m", "--agentspec-exchange", url, "--agentspec-replica-id", "gpu7", "--agentspec-dry-run"]
+    )
+    assert json.loads(shlex.split(named.output)[0].split("=", 1)[1])["replica_id"] == "gpu7"
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -174,6 +190,13 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
          "num_speculative_tokens must be at least --agentspec-drafter-tokens (4)"),
         (["m", "--agentspec-drafter", "org/drafter", "--async-scheduling"],
          "--agentspec-drafter runs without async scheduling: drop --async-scheduling"),
+        (["m", "--agentspec-exchange", "http://redis:6379"],
+         "--agentspec-exchange: the exchange URL must start with redis://, rediss://, unix://, got 'http://redis:6379'"),
+        (["m", "--agentspec-exchange", "redis://:pw@h/0?max_age_s=-1"],
+         "--agentspec-exchange: exchange URL parameter max_age_s: Input should be greater than 0"),
+        (["m", "--agentspec-exchange", "redis:///0"], "--agentspec-exchange: the exchange URL names no host: 'redis:///0'"),
+        (["m", "--agentspec-exchange", "redis://h", "--agentspec-exchange-dir", "/tmp/x"],
+         "choose one exchange: --agentspec-exchange-dir (one machine) or --agentspec-exchange (Redis)"),
         (["m", "--speculative-config", '{"method": "draft_model", "model": "d"}'],
          "--speculative-config has method 'draft_model' (for a model drafter beside the index, use --agentspec-drafter)"),
     ],

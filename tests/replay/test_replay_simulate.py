@@ -283,6 +283,32 @@ def test_exchanging_replicas_draft_each_others_outputs(make_call) -> None:
     assert {n: t.steps for n, t in alone.tallies.items()} == {n: t.steps for n, t in alone_x.tallies.items()}
 
 
+def test_an_exchange_lag_delivers_outputs_that_many_calls_later(make_call) -> None:
+    out = list(range(100, 140))
+    # a's output (call 1) is repeated by b at call 2, and by c at call 4; lag 2 calls: it
+    # reaches the other replicas after call 3, too late for b, in time for c.
+    wl = [
+        [make_call("a", 0, [1, 2], out, group="g1")],
+        [make_call("b", 0, [3, 4, 100, 101], out, group="g2")],
+        [make_call("x", 0, [5, 6], [7, 8, 9], group="g3")],
+        [make_call("c", 0, [3, 4, 100, 101], out, group="g5")],
+    ]
+    replicas = 8
+    routes = {call.spec.group_id: route(call.spec, Routing.GROUP, replicas) for (call,) in wl}
+    assert len({routes["g1"], routes["g2"], routes["g5"]}) == 3
+    config = ReplayConfig(proposers=("agentspec",), replicas=replicas, concurrency=1, exchange=True)
+
+    def steps(lag: int) -> int:
+        (result,) = replay_workloads(config.model_copy(update={"exchange_lag": lag}), {"toy": wl})
+        return result.tallies["agentspec"].steps
+
+    now, late, never = steps(0), steps(2), steps(10)
+    # At once, both b and c draft a's output; 2 calls late only c does; 10 calls late neither.
+    assert now < late - 20 and late < never - 20
+    with pytest.raises(ValueError, match="exchange_lag"):
+        ReplayConfig(exchange_lag=-1)
+
+
 def test_sharing_is_off_unless_started() -> None:
     from agentspec.replay.driver_proposer import make_agentspec
 

@@ -1,4 +1,5 @@
-"""Corpus exchange: replicas of one model share their finished outputs through a folder.
+"""The folder transport of the corpus exchange: replicas on one machine (or on a shared
+filesystem with append semantics) share their finished outputs through a folder.
 
 Each replica (one drafting worker of one server) appends the outputs of its finished calls
 to its own file ``<folder>/<name>.tok`` and reads the records the other replicas appended
@@ -41,13 +42,14 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["HEADER_BYTES", "MAX_RECORD_TOKENS", "CorpusExchange", "PeerOutput", "TenantExchange", "tenant_of"]
+from agentspec.engine.exchange.base import TENANT_ID, PeerOutput
+
+__all__ = ["HEADER_BYTES", "MAX_RECORD_TOKENS", "CorpusExchange", "TenantExchange", "tenant_of"]
 
 logger = logging.getLogger("vllm.agentspec.exchange")
 
 SUFFIX = ".tok"
 TENANT_SEP = "~"
-_TENANT_ID = re.compile(r"[A-Za-z0-9._-]*")
 MAGIC = b"AGSX"
 VERSION = 2  # 2: each record starts with its policy version
 _HEADER = struct.Struct("<4sI8s")  # magic, version, generation
@@ -59,15 +61,6 @@ _TOKENS = np.dtype("<i4")
 _WARN_EVERY_S = 60.0
 _NO_VERSION = -1
 _MAX_VERSION = (1 << 31) - 1
-
-
-@dataclass(frozen=True, slots=True)
-class PeerOutput:
-    """One finished output another replica published."""
-
-    tokens: np.ndarray  # int32
-    #: The policy version it was generated under (None: none had been announced).
-    policy_version: int | None = None
 
 
 @dataclass(slots=True)
@@ -98,7 +91,7 @@ class CorpusExchange:
         max_read_bytes: int = 1 << 20,
         max_backlog_bytes: int = 4 << 20,
     ) -> None:
-        if not _TENANT_ID.fullmatch(tenant):
+        if not TENANT_ID.fullmatch(tenant):
             raise ValueError(f"tenant ids in exchange file names are [A-Za-z0-9._-]*, got {tenant!r}")
         self.folder = Path(folder)
         self.tenant = tenant
@@ -278,8 +271,11 @@ class TenantExchange:
             exchange = self._by_tenant[tenant] = CorpusExchange(self.folder, self.name, tenant=tenant, **self._limits)
         return exchange
 
-    def publish(self, tokens: np.ndarray, tenant: str = "", policy_version: int | None = None) -> bool:
-        """Append one output of ``tenant`` to this replica's file for that tenant."""
+    def publish(
+        self, tokens: np.ndarray, tenant: str = "", policy_version: int | None = None, group: str | None = None
+    ) -> bool:
+        """Append one output of ``tenant`` to this replica's file for that tenant (files
+        carry no group)."""
         return self._for(tenant).publish(tokens, policy_version)
 
     def poll(self) -> list[tuple[str, PeerOutput]]:
@@ -290,9 +286,13 @@ class TenantExchange:
             tenants = set()
         out: list[tuple[str, PeerOutput]] = []
         for tenant in sorted(tenants | self._by_tenant.keys()):
-            if _TENANT_ID.fullmatch(tenant):
+            if TENANT_ID.fullmatch(tenant):
                 out.extend((tenant, output) for output in self._for(tenant).poll())
         return out
+
+    def counters(self) -> dict[str, float]:
+        """None of its own: a file is read or skipped whole (see the module's notes)."""
+        return {}
 
     def close(self) -> None:
         for exchange in self._by_tenant.values():
