@@ -43,10 +43,15 @@ def main(
     delays = [int(v) for v in lags.split(",") if v.strip()]
     common = dict(data=data, limit=limit, jobs=jobs)
     one = run_replay(ReplayConfig(**common, proposers=(OURS,)))
-    fleet = dict(replicas=8, routing={OURS: Routing.GROUP, BASE: Routing.SPREAD})
-    apart = run_replay(ReplayConfig(**common, **fleet, proposers=(BASE, OURS)))
+    apart = run_replay(
+        ReplayConfig(**common, replicas=8, routing={OURS: Routing.GROUP, BASE: Routing.SPREAD}, proposers=(BASE, OURS))
+    )
     lagged: dict[int, ReplayResult] = {
-        lag: run_replay(ReplayConfig(**common, **fleet, proposers=(OURS,), exchange=True, exchange_lag=lag))
+        lag: run_replay(
+            ReplayConfig(
+                **common, replicas=8, routing={OURS: Routing.GROUP}, proposers=(OURS,), exchange=True, exchange_lag=lag
+            )
+        )
         for lag in delays
     }
 
