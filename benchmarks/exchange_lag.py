@@ -41,7 +41,7 @@ def main(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write every record here.")] = None,
 ) -> None:
     delays = [int(v) for v in lags.split(",") if v.strip()]
-    common = dict(data=data, limit=limit, jobs=jobs)
+    common = {"data": data, "limit": limit, "jobs": jobs}
     one = run_replay(ReplayConfig(**common, proposers=(OURS,)))
     apart = run_replay(
         ReplayConfig(**common, replicas=8, routing={OURS: Routing.GROUP, BASE: Routing.SPREAD}, proposers=(BASE, OURS))

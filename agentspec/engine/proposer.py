@@ -43,6 +43,7 @@ from vllm.config import VllmConfig
 from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
 
 from agentspec import wire
+from agentspec._extras import missing_message
 from agentspec.budget import BatchBudget, DraftBudget
 from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
 from agentspec.engine.config import EngineSettings, load_settings
@@ -130,13 +131,17 @@ class SessionDrafting:
             else:
                 base = self.settings.replica_id or f"{socket.gethostname()}-{os.getpid()}"
                 replica = f"{base}-{worker_name.removeprefix('proposer-')}"
-                self._exchange = open_exchange(
-                    exchange_dir=self.settings.exchange_dir,
-                    exchange_url=self.settings.exchange_url,
-                    replica_id=replica,
-                    model=self.model_fingerprint,
-                )
                 where = self.settings.exchange_dir or redacted(self.settings.exchange_url or "")
+                try:
+                    self._exchange = open_exchange(
+                        exchange_dir=self.settings.exchange_dir,
+                        exchange_url=self.settings.exchange_url,
+                        replica_id=replica,
+                        model=self.model_fingerprint,
+                    )
+                except ImportError as exc:  # agentspec serve checks this; a plain vLLM start may not
+                    logger.error("agentspec: corpus exchange through %s is off: %s", where, missing_message("redis") or exc)
+                    return
                 logger.info("agentspec: exchanging outputs through %s as replica %s", where, replica)
 
     def on_request_added(self, req_id: str, sampling_params: Any) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Self
 
 __all__ = ["NO_REDIS", "RedisServer", "redis_server_binary"]
 
@@ -43,7 +44,7 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, timeout: float = 10.0) -> RedisServer:
+    def start(self, timeout: float = 10.0) -> Self:
         """Start it (empty: nothing is kept between runs) and wait until it answers."""
         if self.proc is not None and self.proc.poll() is None:
             return self
@@ -79,7 +80,7 @@ class RedisServer:
         self.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def __enter__(self) -> RedisServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

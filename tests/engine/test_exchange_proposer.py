@@ -7,6 +7,7 @@ test advances; the input batch is a stand-in holding what ``propose`` reads.
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -156,3 +157,18 @@ def test_outputs_of_a_retired_policy_do_not_cross(tmp_path: Path, clock: _Clock,
     clock.now = 1.2
     b.on_step_end(idle=True)
     assert b.driver.counters["exchange_received_tokens_total"] == received + len(OUTPUT)
+
+
+def test_redis_exchange_without_redis_py_runs_alone(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A plain vLLM start may set exchange_url where redis-py is missing (agentspec serve
+    # refuses that up front): the engine serves without the exchange and says why.
+    monkeypatch.setitem(sys.modules, "redis", None)
+    settings = EngineSettings(exchange_url="redis://127.0.0.1:1/0")
+    proposer = proposer_mod.AgentspecProposer(vllm_config_stand_in(K), settings)  # type: ignore[arg-type]
+    with caplog.at_level(logging.ERROR, logger="vllm.agentspec.proposer"):
+        proposer.bind(publish=False, worker_name="proposer-dp0", exchange_ok=True)
+    assert "corpus exchange through redis://127.0.0.1:1/0 is off" in caplog.text and "redis" in caplog.text
+    _finish_a_call(proposer)
+    assert "exchange_published_total" not in proposer.driver.counters

@@ -12,8 +12,8 @@ import pytest
 
 redis = pytest.importorskip("redis", reason='the Redis exchange needs redis-py: pip install "vllm-agentspec[redis]"')
 
-from agentspec.engine.exchange import PeerOutput, RedisExchange, RedisExchangeConfig  # noqa: E402
-from agentspec.testing.redis_server import NO_REDIS, RedisServer, redis_server_binary  # noqa: E402
+from agentspec.engine.exchange import PeerOutput, RedisExchange, RedisExchangeConfig
+from agentspec.testing.redis_server import NO_REDIS, RedisServer, redis_server_binary
 
 pytestmark = pytest.mark.skipif(redis_server_binary() is None, reason=NO_REDIS)
 

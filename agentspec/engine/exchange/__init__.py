@@ -15,7 +15,13 @@ raise into the engine.
 from __future__ import annotations
 
 from agentspec.engine.exchange.base import Exchange, PeerOutput
-from agentspec.engine.exchange.folder import HEADER_BYTES, MAX_RECORD_TOKENS, CorpusExchange, TenantExchange, tenant_of
+from agentspec.engine.exchange.folder import (
+    HEADER_BYTES,
+    MAX_RECORD_TOKENS,
+    CorpusExchange,
+    TenantExchange,
+    tenant_of,
+)
 from agentspec.engine.exchange.redis_streams import RedisExchange
 from agentspec.engine.exchange_config import RedisExchangeConfig
 
