@@ -195,7 +195,7 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
         (["m", "--agentspec-exchange", "redis://:pw@h/0?max_age_s=-1"],
          "--agentspec-exchange: exchange URL parameter max_age_s: Input should be greater than 0"),
         (["m", "--agentspec-exchange", "redis:///0"], "--agentspec-exchange: the exchange URL names no host: 'redis:///0'"),
-        (["m", "--agentspec-exchange", "redis://h", "--agentspec-exchange-dir", "/tmp/x"],
+        (["m", "--agentspec-exchange", "redis://h", "--agentspec-exchange-dir", "exchange-folder"],
          "choose one exchange: --agentspec-exchange-dir (one machine) or --agentspec-exchange (Redis)"),
         (["m", "--speculative-config", '{"method": "draft_model", "model": "d"}'],
          "--speculative-config has method 'draft_model' (for a model drafter beside the index, use --agentspec-drafter)"),
