@@ -4,6 +4,7 @@ and Prometheus samples of ``/metrics``."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -14,21 +15,33 @@ from agentspec import wire
 __all__ = ["metric_value", "scrape", "session_stats"]
 
 
-def session_stats(base: str, session_id: str, *, wait: bool = True, timeout_s: float = 10.0) -> dict[str, Any] | None:
+def session_stats(
+    base: str,
+    session_id: str,
+    *,
+    wait: bool = True,
+    timeout_s: float = 10.0,
+    until: Callable[[dict[str, Any]], bool] | None = None,
+) -> dict[str, Any] | None:
     """The session's statistics on the server at ``base``, or None when it holds none.
 
     ``wait``: the engine publishes statistics a moment after each step, so a session that
-    has just run may not be there yet: ask again for up to ``timeout_s``. Without it, one
-    answer (for checking that a server does *not* hold a session).
+    has just run may not be there yet, or not with its last call: ask again for up to
+    ``timeout_s`` until it is there and ``until(stats)`` holds (then the last answer is
+    returned, whether it holds or not). Without it, one answer (for checking that a server
+    does *not* hold a session).
     """
     url = f"{base}{wire.SESSION_STATS_PATH}{quote(session_id, safe='')}"
     deadline = time.monotonic() + (timeout_s if wait else 0.0)
+    stats: dict[str, Any] | None = None
     while True:
         r = httpx.get(url, timeout=10)
         if r.status_code != 404:
-            return dict(r.raise_for_status().json())
+            stats = dict(r.raise_for_status().json())
+            if until is None or until(stats):
+                return stats
         if time.monotonic() >= deadline:
-            return None
+            return stats
         time.sleep(0.2)
 
 

@@ -61,7 +61,7 @@ def test_multi_turn_samples_append_observations_as_tokens(engines: list[str]) ->
         assert s.turns == 2 and s.response_token_ids == (*first, 5, 6, 7, *second, 5, 6, 7)
         assert s.response_mask == (1,) * len(first) + (0, 0, 0) + (1,) * len(second) + (0, 0, 0)
         assert s.logprobs[len(first) : len(first) + 3] == (None, None, None)
-        server = session_stats(s.backend, s.session_id)
+        server = session_stats(s.backend, s.session_id, until=lambda st: st["calls"] >= 2)
         assert server is not None and server["calls"] == 2
 
 

@@ -96,7 +96,7 @@ def test_a_prompts_samples_are_one_group_on_one_engine_token_exact(engines: list
             if not on:  # statistics are published a moment after each step
                 on = [e for e in engines if session_stats(e, sid) is not None]
             assert len(on) == 1, f"{sid} is on {on}"
-            stats = session_stats(on[0], sid)
+            stats = session_stats(on[0], sid, until=lambda st: st["calls"] >= 2)
             assert stats is not None and stats["group_id"] == group and stats["calls"] == 2
             holders.add(on[0])
         assert len(holders) == 1, f"group {group} is spread over {holders}"
