@@ -149,6 +149,7 @@ class SessionDrafting:
         (from its ``SamplingParams``), and apply its seeds."""
         if req_id in self.driver:
             return  # a streaming-input update of a running request: keep its state
+        self._dirty = True
         args: Mapping[str, Any] = getattr(sampling_params, "extra_args", None) or {}
         if not self._admitted(args):
             # It reached vLLM by a route the middleware does not see (e.g. vLLM's
@@ -190,13 +191,15 @@ class SessionDrafting:
     def on_requests_finished(self, req_ids: Iterable[str]) -> None:
         """Requests that finished or were aborted, as the scheduler reports them."""
         for req_id in req_ids:
+            # A release changes the counters and gauges even when nothing is drafted
+            # afterwards: the engine may go idle on this very step.
+            self._dirty = True
             spec, version = self.driver.spec(req_id), self.driver.request_policy_version(req_id)
             out = self.driver.release(req_id, share=self._exchange is not None)
             if out is None or not len(out) or self._exchange is None or spec is None:
                 continue
             if self._exchange.publish(out, spec.tenant, version, spec.group_id):
                 self._count("exchange_published_total")
-            self._dirty = True
 
     def on_step_end(self, idle: bool) -> None:
         """After the runner's bookkeeping: take in the other replicas' outputs, and

@@ -79,3 +79,28 @@ def test_cheap_snapshots_keep_the_configured_interval(tmp_path: Path, monkeypatc
         proposer._dirty = True
         proposer.publish()
     assert writes == [0.0, 0.2, 0.45]
+
+
+def test_a_release_on_the_last_step_reaches_the_idle_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step that releases the last call drafts nothing; its idle snapshot must still
+    show the release, even when a busy snapshot was just written."""
+    proposer, clock, writes = _timed_proposer(tmp_path, monkeypatch, write_cost_s=0.0)
+    proposer.on_request_added("r1", None)
+    clock.now = 0.5
+    # What a step's propose does for a new request, then its busy snapshot.
+    proposer.driver.begin("r1", list(range(8)))
+    proposer._end_propose(None, 0, 0.0, 0)
+    busy = json.loads((tmp_path / "proposer-dp0.json").read_text())
+    assert busy["index"]["active_calls"] == 1
+    assert busy["engine"]["calls_started_total"] == 1
+    assert busy["engine"].get("calls_finished_total", 0) == 0
+
+    clock.now = 0.51  # within the throttle interval: only going idle may write
+    proposer.on_requests_finished(["r1"])
+    proposer.on_step_end(idle=True)
+    assert writes == [0.0, 0.5, 0.51]
+    idle = json.loads((tmp_path / "proposer-dp0.json").read_text())
+    assert idle["index"]["active_calls"] == 0
+    assert idle["engine"]["calls_finished_total"] == 1
