@@ -103,6 +103,14 @@ class EngineSettings(BaseModel):
     )
 
     publish_interval_s: float = Field(0.2, gt=0, description="Least time between two statistics snapshots while busy.")
+    step_log_dir: str | None = Field(
+        None,
+        description=(
+            "Folder where each drafting worker appends a log of every drafting step (batch size,"
+            " per request the tokens emitted, draft cap and draft length; no token ids), for"
+            " agentspec.replay.step_replay. None: off."
+        ),
+    )
 
     # Corpus exchange between replicas, see agentspec.engine.exchange.
     exchange_dir: str | None = Field(
@@ -145,6 +153,8 @@ class EngineSettings(BaseModel):
             raise ValueError("no_draft_batch must be >= full_draft_batch")
         if self.speed_model is not None:
             parse_speed_model(self.speed_model)  # a clear error now, not in the engine
+        if self.step_log_dir is not None and self.drafter is not None:
+            raise ValueError("the step log covers the index's drafts alone: not with a model drafter")
         if self.exchange_url is not None:
             if self.exchange_dir is not None:
                 raise ValueError("choose one exchange: a folder (exchange_dir) or Redis (exchange_url), not both")

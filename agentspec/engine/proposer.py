@@ -50,9 +50,10 @@ from agentspec.engine.config import EngineSettings, load_settings
 from agentspec.engine.exchange import Exchange, open_exchange
 from agentspec.engine.exchange_config import redacted
 from agentspec.engine.metrics import SnapshotWriter
+from agentspec.engine.step_log import StepLog, step_log_path
 from agentspec.engine.tenancy import SHARED_TENANT
 from agentspec.errors import DraftIndexError
-from agentspec.index import Draft, DraftIndex
+from agentspec.index import DraftIndex
 from agentspec.model_budget import ModelBudget
 from agentspec.speed import parse_speed_model
 
@@ -106,6 +107,7 @@ class SessionDrafting:
         self._exchange: Exchange | None = None
         self._exchange_counters: dict[str, float] = {}  # the transport's, as last polled
         self._next_poll = 0.0
+        self._step_log: StepLog | None = None
 
     # ------------------------------------------------------------------ lifecycle (runner)
 
@@ -123,6 +125,10 @@ class SessionDrafting:
             self._writer = SnapshotWriter(self.settings.state_dir, f"{worker_name}.json")
             self._dirty = True
             self.publish(force=True)
+            if self.settings.step_log_dir:
+                self._step_log = StepLog(step_log_path(self.settings.step_log_dir, worker_name))
+                logger.info("agentspec: logging every drafting step to %s", self._step_log.path)
+                self._step_log.started(self.num_speculative_tokens, self.max_model_len)
         if self.settings.exchange_dir or self.settings.exchange_url:
             if not exchange_ok:
                 logger.warning("agentspec: corpus exchange is off: it needs tensor- and pipeline-parallel size 1")
@@ -179,6 +185,8 @@ class SessionDrafting:
         )
         # Seeds go in now, before the request's first draft (and before it is even prefilled).
         outcome = self.driver.admit(req_id, spec)
+        if self._step_log is not None:
+            self._step_log.added(req_id, spec.session_id, spec.group_id, max_tokens, stops)
         for seed, reason in outcome.refused:
             logger.warning("seed refused for request %s (%s): %s", req_id, seed.scope.value, reason)
 
@@ -190,6 +198,9 @@ class SessionDrafting:
 
     def on_requests_finished(self, req_ids: Iterable[str]) -> None:
         """Requests that finished or were aborted, as the scheduler reports them."""
+        req_ids = list(req_ids)
+        if self._step_log is not None:
+            self._step_log.finished(req_ids)
         for req_id in req_ids:
             # A release changes the counters and gauges even when nothing is drafted
             # afterwards: the engine may go idle on this very step.
@@ -333,28 +344,28 @@ class AgentspecProposer(SessionDrafting, SuffixDecodingProposer):
         started = perf_counter()
         budget = self.driver.budget_for(len(sampled_token_ids), num_speculative_tokens)
         drafts: list[list[int]] = []
+        rows: list[tuple[str, int, int, int]] = []  # for the step log
         for i, sampled in enumerate(sampled_token_ids):
             if not sampled:  # a partial prefill: nothing sampled, nothing to draft
                 drafts.append([])
                 continue
             req_id = input_batch.req_ids[i]
             num_tokens = int(input_batch.num_tokens_no_spec[i])
+            cap = min(budget, self.max_model_len - num_tokens - 1)
             try:
-                draft = self._draft(input_batch, i, req_id, sampled, num_tokens, budget)
+                self._begin_or_settle(input_batch, i, req_id, sampled, num_tokens)
+                draft = self.driver.draft(req_id, cap)
             except DraftIndexError as exc:
                 # Never fail the engine over drafting: this request runs unspeculated.
                 logger.warning("request %s: drafting disabled: %s", req_id, exc)
                 self.driver.disable(req_id)
                 draft = None
             drafts.append(draft.token_ids if draft is not None else [])
+            rows.append((req_id, len(sampled), cap, len(drafts[-1])))
+        if self._step_log is not None:
+            self._step_log.step(len(sampled_token_ids), rows)
         self._end_propose(input_batch, len(drafts), started, budget)
         return drafts
-
-    def _draft(
-        self, input_batch: Any, i: int, req_id: str, sampled: list[int], num_tokens: int, budget: int
-    ) -> Draft | None:
-        self._begin_or_settle(input_batch, i, req_id, sampled, num_tokens)
-        return self.driver.draft(req_id, min(budget, self.max_model_len - num_tokens - 1))
 
 
 #: A busy engine waits this many times a snapshot's cost before writing the next one.

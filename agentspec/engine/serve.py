@@ -222,6 +222,14 @@ def serve(
     state_dir: Annotated[
         str | None, typer.Option("--agentspec-state-dir", help="Statistics folder (default: a fresh temporary one).")
     ] = None,
+    step_log_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--agentspec-step-log-dir",
+            help="Log every drafting step here (batch size, caps, draft lengths; no token ids), to replay the"
+            " server's own steps offline and compare (docs/bench.md). Off by default.",
+        ),
+    ] = None,
     exchange_dir: Annotated[
         str | None,
         typer.Option(
@@ -316,6 +324,8 @@ def serve(
             check_drafter_vocab(model, drafter_settings)
         except ValueError as exc:
             _fail(f"--agentspec-drafter: {exc}", 2)
+    if step_log_dir is not None and drafter is not None:
+        _fail("--agentspec-step-log-dir logs the index's drafts alone: not with --agentspec-drafter", 2)
     if exchange_url is not None:
         if exchange_dir is not None:
             _fail("choose one exchange: --agentspec-exchange-dir (one machine) or --agentspec-exchange (Redis)", 2)
@@ -338,6 +348,7 @@ def serve(
             speed_model=speed_model,
             max_seeds_per_request=max_seeds,
             max_seed_tokens_per_request=max_seed_tokens,
+            step_log_dir=os.path.abspath(step_log_dir) if step_log_dir else None,
             exchange_dir=os.path.abspath(exchange_dir) if exchange_dir else None,
             exchange_url=exchange_url,
             replica_id=replica_id or default_replica_id(vllm_args),

@@ -153,8 +153,12 @@ class _Servers:
         if kind in ("agentspec", "peer"):
             # The peer shares drafting across tenants (the operator's option), so that the
             # tenant tests see the leak isolation prevents on the other.
+            # Every step logged, for the engine-fidelity tests (agentspec.replay.step_replay).
             settings = EngineSettings(
-                index=TEST_INDEX_CONFIG, exchange_dir=str(self.exchange_dir), share_across_tenants=kind == "peer"
+                index=TEST_INDEX_CONFIG,
+                exchange_dir=str(self.exchange_dir),
+                share_across_tenants=kind == "peer",
+                step_log_dir=str(self.log_dir / f"steps-{kind}"),
             )
             server = VLLMServer.launch(
                 self.model_dir, agentspec=True, settings=settings, log_dir=self.log_dir, python=server_python()

@@ -62,6 +62,8 @@ class VLLMServer:
     log_path: Path
     state_dir: Path | None
     model: str = SERVED_MODEL_NAME
+    #: Where the drafting workers log their steps (EngineSettings.step_log_dir), if they do.
+    step_log_dir: Path | None = None
     _owned_dirs: list[Path] = field(default_factory=list)
 
     @property
@@ -108,7 +110,8 @@ class VLLMServer:
         log_path = log_root / f"vllm-{'agentspec' if agentspec else 'plain'}-{port}.log"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        return cls(proc, port, log_path, state_dir, _owned_dirs=owned)
+        step_log_dir = Path(settings.step_log_dir) if settings is not None and settings.step_log_dir else None
+        return cls(proc, port, log_path, state_dir, step_log_dir=step_log_dir, _owned_dirs=owned)
 
     @classmethod
     def start(cls, model_dir: str | os.PathLike[str], *, timeout: float = 240.0, **kwargs: object) -> VLLMServer:

@@ -6,6 +6,10 @@ transcript (prompt and output token ids of every call) is then replayed offline 
 the replay benchmark's agentspec proposer and loop (``agentspec.replay``). The server's
 per-session statistics and the replay's counts must be equal: the benchmark runs the code
 the server runs, with the same index settings.
+
+At higher concurrency the batch budget cuts drafts and calls in flight see each other's
+text; the server's step log (``agentspec.engine.step_log``) records each step's batch and
+caps, and ``agentspec.replay.step_replay`` redoes the steps from it: equal, step by step.
 """
 
 from __future__ import annotations
@@ -25,6 +29,13 @@ from agentspec.index import DraftIndex
 from agentspec.replay.calls import CallSpec
 from agentspec.replay.driver_proposer import DriverProposer
 from agentspec.replay.simulate import Tally, replay_call
+from agentspec.replay.step_replay import replay_steps
+from agentspec.testing.fidelity import (
+    AgentWorkload,
+    as_logged,
+    logged_calls,
+    run_agents,
+)
 from agentspec.testing.pytest_plugin import TEST_INDEX_CONFIG
 
 pytestmark = pytest.mark.server
@@ -110,3 +121,26 @@ def test_the_replay_counts_what_the_server_counted(agentspec_server) -> None:
         assert server == (tally.drafted_tokens, tally.accepted_tokens), (session, server, tally)
     # Drafting really happened, at every level the workload reaches.
     assert sum(t.accepted_tokens for t in replayed.values()) > SESSIONS * TURNS * 5
+
+
+
+def test_the_step_replay_equals_the_server_at_concurrency(agentspec_server) -> None:
+    """More sessions at once than the batch budget drafts in full for (8), so that it cuts
+    drafts; siblings of a group share their first prompt and run at the same time."""
+    base = agentspec_server.url
+    tag = f"fidc-{uuid.uuid4().hex[:8]}"
+    salt = f"fidelity-{tag}"  # a tenant of its own, as above
+    calls = run_agents(base, MODEL, AgentWorkload(sessions=12, turns=TURNS, max_tokens=MAX_TOKENS), salt=salt, tag=tag)
+    events, logged, _ = logged_calls(agentspec_server.step_log_dir, calls)
+
+    replayed = replay_steps(events, as_logged(logged), DraftIndex(TEST_INDEX_CONFIG))
+    # Step by step: the same tokens emitted and the same draft lengths for every request.
+    assert replayed.mismatches == []
+    assert replayed.rows > len(calls) * 5
+    # The batch budget really cut drafts: more requests ran at once than it drafts in full for.
+    assert replayed.max_batch > 8 and replayed.limited_rows > 0
+    sessions = {c.session for c in calls}
+    for session in sessions:
+        stats = _stats(base, session, salt)
+        assert (stats["draft_tokens"], stats["accepted_tokens"]) == replayed.session_totals(session), session
+    assert sum(replayed.session_totals(s)[1] for s in sessions) > len(calls) * 5

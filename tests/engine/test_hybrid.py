@@ -143,8 +143,19 @@ def test_concurrent_requests_mix_paths_in_one_batch(
     )
 
 
+def _accepted_both_ways(base: str) -> tuple[float, float]:
+    """vLLM's own count of accepted draft tokens, and the two paths' together (zero
+    both before the engine's first step, when nothing is published yet)."""
+    engine = idle_stats(base)["engine"] if server_stats(base)["workers"] else {}
+    ours = engine.get("suffix_accepted_tokens_total", 0) + engine.get("model_accepted_tokens_total", 0)
+    vllm = metric_value(httpx.get(base + "/metrics").text, "vllm:spec_decode_num_accepted_tokens_total")
+    return vllm, ours
+
+
 def test_paths_and_drafter_on_metrics(agentspec_hybrid_server) -> None:
     base = agentspec_hybrid_server.url
+    # Over this test's request alone: the server's totals include the concurrent tests'.
+    vllm_before, ours_before = _accepted_both_ways(base)
     chat_ok(
         base,
         [{"role": "user", "content": PROMPTS[2] * 2}],
@@ -166,10 +177,8 @@ def test_paths_and_drafter_on_metrics(agentspec_hybrid_server) -> None:
         == engine["drafter_runs_skipped_total"]
     )
     # vLLM's own count of accepted draft tokens is the two paths' together.
-    accepted = (
-        engine["suffix_accepted_tokens_total"] + engine["model_accepted_tokens_total"]
-    )
-    assert metric_value(text, "vllm:spec_decode_num_accepted_tokens_total") == accepted
+    vllm_after, ours_after = _accepted_both_ways(base)
+    assert vllm_after - vllm_before == ours_after - ours_before > 0
 
 
 def _samples(base: str, prompt: str, requests: int = 8, n: int = 50) -> list[list[int]]:

@@ -135,6 +135,15 @@ def test_cli_exchange_dir(tmp_path: Path) -> None:
     assert json.loads(assignment.split("=", 1)[1])["exchange_dir"] == str(tmp_path)
 
 
+def test_cli_step_log_dir(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        _app(), ["serve", "my-model", "--agentspec-step-log-dir", str(tmp_path / "steps"), "--agentspec-dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    settings = json.loads(shlex.split(result.output)[0].split("=", 1)[1])
+    assert settings["step_log_dir"] == str(tmp_path / "steps")
+
+
 def test_cli_exchange_over_redis_names_a_stable_replica() -> None:
     url = "redis://:secret@redis.internal:6379/2?stream=agents&max_entries=500"
     result = CliRunner().invoke(
@@ -197,6 +206,8 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
         (["m", "--agentspec-exchange", "redis:///0"], "--agentspec-exchange: the exchange URL names no host: 'redis:///0'"),
         (["m", "--agentspec-exchange", "redis://h", "--agentspec-exchange-dir", "exchange-folder"],
          "choose one exchange: --agentspec-exchange-dir (one machine) or --agentspec-exchange (Redis)"),
+        (["m", "--agentspec-drafter", "org/drafter", "--agentspec-step-log-dir", "steps"],
+         "--agentspec-step-log-dir logs the index's drafts alone: not with --agentspec-drafter"),
         (["m", "--speculative-config", '{"method": "draft_model", "model": "d"}'],
          "--speculative-config has method 'draft_model' (for a model drafter beside the index, use --agentspec-drafter)"),
     ],
