@@ -13,11 +13,13 @@ For each run it prints the draft and accepted tokens three ways:
   the caps the batch budget set) from the calls' token ids; "differ" counts the steps
   where it parted from the log (0 means step-exact);
 - bench: the replay benchmark's loop (``agentspec.replay.simulate.replay_call``), one call
-  at a time in arrival order with no batch budget, as ``agentspec bench`` replays.
+  at a time in arrival order with no batch budget, as ``agentspec bench`` replays;
+- lockstep: ``agentspec bench --lockstep --concurrency C``: the sessions' calls in flight
+  decode a step each in turn, as one server batch does (no batch budget).
 
-bench/server is the benchmark's error at that concurrency: the budget's cut drafts it
-does not model (above ``--agentspec-full-draft-batch``, 8), and the order in which
-concurrent calls see each other's text.
+bench/server and lockstep/server are the benchmark's error at that concurrency: the
+budget's cut drafts neither models (above ``--agentspec-full-draft-batch``, 8), and, for
+bench alone, the order in which concurrent calls see each other's text.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from agentspec import wire
 from agentspec.engine.config import EngineSettings
 from agentspec.index import DraftIndex
 from agentspec.policy import IndexConfig
-from agentspec.replay.calls import CallSpec
+from agentspec.replay import ReplayConfig, replay_workloads
+from agentspec.replay.calls import CallSpec, static_call
 from agentspec.replay.driver_proposer import DriverProposer
 from agentspec.replay.simulate import Tally, replay_call
 from agentspec.replay.step_replay import replay_steps
@@ -72,6 +75,21 @@ def _bench_totals(calls: dict[str, AgentCall], order: list[str], config: IndexCo
     return tally.drafted_tokens, tally.accepted_tokens
 
 
+def _lockstep_totals(calls: list[AgentCall], concurrency: int, config: IndexConfig) -> tuple[int, int]:
+    """``agentspec bench --lockstep``'s loop over the sessions, ``concurrency`` in flight."""
+    sessions: dict[str, list[AgentCall]] = {}
+    for call in sorted(calls, key=lambda c: c.turn):
+        sessions.setdefault(call.session, []).append(call)
+    def spec(c: AgentCall) -> CallSpec:
+        return CallSpec(f"{c.session}#{c.turn}", c.session, c.group, c.session, c.turn, "fidelity")
+
+    workload = [[static_call(spec(c), c.prompt, c.output) for c in session_calls] for session_calls in sessions.values()]
+    replay = ReplayConfig(proposers=("agentspec",), concurrency=concurrency, lockstep=True)
+    (result,) = replay_workloads(replay, {"fidelity": workload})
+    tally = result.tallies["agentspec"]
+    return tally.drafted_tokens, tally.accepted_tokens
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="model folder (default: build the tiny test model)")
@@ -102,19 +120,22 @@ def main(argv: list[str] | None = None) -> int:
             step_d = sum(steps.session_totals(s)[0] for s in sessions)
             step_a = sum(steps.session_totals(s)[1] for s in sessions)
             bench_d, bench_a = _bench_totals(logged, order, config)
+            lock_d, lock_a = _lockstep_totals(calls, c, config)
             differ = len({m.step for m in steps.mismatches})
             rows.append((c, steps.max_batch, steps.limited_rows / max(1, steps.rows), server_d, server_a,
-                         step_d, step_a, differ, bench_d, bench_a))  # fmt: skip
+                         step_d, step_a, differ, bench_d, bench_a, lock_d, lock_a))  # fmt: skip
             print(f"concurrency {c}: done", flush=True)
     finally:
         server.stop()
 
     print(f"\n{args.turns} turns x {args.max_tokens} tokens per session, groups of {args.siblings}; draft/accepted tokens\n")
-    head = ("C", "max batch", "rows cut", "server", "steps", "differ", "bench", "bench/server accepted")
-    print("{:>4} {:>9} {:>8} {:>13} {:>13} {:>6} {:>13} {:>22}".format(*head))
-    for c, batch, cut, sd, sa, td, ta, differ, bd, ba in rows:
-        ratio = f"{ba / sa:.3f}" if sa else "-"
-        print(f"{c:>4} {batch:>9} {cut:>8.0%} {f'{sd}/{sa}':>13} {f'{td}/{ta}':>13} {differ:>6} {f'{bd}/{ba}':>13} {ratio:>22}")
+    head = ("C", "max batch", "rows cut", "server", "steps", "differ", "bench", "lockstep", "bench/server", "lockstep/server")
+    print("{:>4} {:>9} {:>8} {:>13} {:>13} {:>6} {:>13} {:>13} {:>12} {:>15}".format(*head))
+    for c, batch, cut, sd, sa, td, ta, differ, bd, ba, ld, la in rows:
+        bench = f"{ba / sa:.3f}" if sa else "-"
+        lock = f"{la / sa:.3f}" if sa else "-"
+        print(f"{c:>4} {batch:>9} {cut:>8.0%} {f'{sd}/{sa}':>13} {f'{td}/{ta}':>13} {differ:>6} {f'{bd}/{ba}':>13}"
+              f" {f'{ld}/{la}':>13} {bench:>12} {lock:>15}")  # fmt: skip
     return 0
 
 

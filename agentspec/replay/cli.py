@@ -85,6 +85,14 @@ def bench(
         ),
     ] = False,
     concurrency: Annotated[int, typer.Option(help="Trajectories in flight (turns interleaved).", min=1)] = 8,
+    lockstep: Annotated[
+        bool,
+        typer.Option(
+            "--lockstep",
+            help="The calls in flight decode a step each in turn, as one server batch does (siblings in flight"
+            " draft from each other's partial outputs), not one whole call after another.",
+        ),
+    ] = False,
     jobs: Annotated[int, typer.Option(help="Replay sources in N parallel processes.", min=1)] = 1,
     baseline: Annotated[
         str | None,
@@ -179,6 +187,7 @@ def bench(
             window=window,
             seed_dropped=seed_dropped,
             concurrency=concurrency,
+            lockstep=lockstep,
             jobs=jobs,
             cache_dir=cache_dir,
             baseline=baseline,

@@ -68,6 +68,10 @@ class ReplayConfig(BaseModel):
     seed_dropped: bool = False
     #: Trajectories in flight at once; their turns are interleaved round robin.
     concurrency: int = Field(default=8, ge=1)
+    #: The calls in flight decode a step each in turn, as one server batch does, instead of
+    #: one whole call after another: calls in flight (a group's siblings) draft from each
+    #: other's partial outputs rather than finished ones. No batch budget is applied.
+    lockstep: bool = False
     #: Sources replayed in parallel processes.
     jobs: int = Field(default=1, ge=1)
     cache_dir: Path | None = None

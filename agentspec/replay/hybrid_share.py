@@ -166,6 +166,7 @@ def _share_config(config: ReplayConfig) -> ReplayConfig:
         exchange=config.exchange,
         exchange_lag=config.exchange_lag,
         concurrency=config.concurrency,
+        lockstep=config.lockstep,
         memory_every=config.memory_every,
         proposer_settings=config.proposer_settings,
     )

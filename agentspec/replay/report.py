@@ -33,7 +33,7 @@ def render_table(result: ReplayResult, baseline: str | None = None, compact: boo
     caption = (
         f"AL = output tokens per decoding step (1.00 = no speculation); accept = accepted / "
         f"drafted tokens; vs oracle (/oracle), vs {baseline} (/base): AL ratios. replicas={s.get('replicas')}"
-        f"{exchanging}, window={s.get('window')}{' with condenser seeding' if s.get('seed_dropped') else ''}, concurrency={s.get('concurrency')}. Speedup estimate: "
+        f"{exchanging}, window={s.get('window')}{' with condenser seeding' if s.get('seed_dropped') else ''}, concurrency={s.get('concurrency')}{' in lockstep' if s.get('lockstep') else ''}. Speedup estimate: "
         f"{s['cost']['step_ms']} ms/step + {s['cost']['draft_token_ms']} ms/draft token + "
         f"measured drafter time."
     )

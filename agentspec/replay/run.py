@@ -116,6 +116,7 @@ def replay_workloads(
             on_call=(partial(on_call, source) if on_call else None),
             exchange=config.exchange,
             exchange_lag=config.exchange_lag,
+            lockstep=config.lockstep,
         )
         for source, wl in workloads.items()
     ]

@@ -171,63 +171,118 @@ def replay_call(
     ``context`` is prompt + output in one buffer (built here if not given): the
     context at any step is a prefix view of it, so no step copies tokens.
     """
-    cid = spec.call_id
-    p_len = prompt.shape[0]
-    n_out = output.shape[0]
-    if context is None:
-        context = np.concatenate((prompt, output))
+    call = CallStepper(proposer, spec, prompt, output, output_list, context, seeds)
+    while call.step():
+        pass
+    call.finish(tally)
 
-    t0 = _now()
-    proposer.begin_call(spec, prompt, seeds)
-    steps = drafted = accepted = proposals = context_tokens = 0
-    propose_ns = 0
-    pos = 0
-    outcomes = tally.outcomes
-    if n_out:
-        proposer.observe(cid, output[:1])  # the prefill step's token
-        pos = steps = 1
-    index_ns = _now() - t0
-    while pos < n_out:
+
+class CallStepper:
+    """One call decoded again a step at a time (:func:`replay_call` in steps), so that
+    calls in flight can take their steps in turn, as a server's batch does.
+
+    Construction is the prefill: the call starts in the proposer with its prompt and
+    first output token. :meth:`step` is one decoding step (draft, verify, emit) and says
+    whether another follows; :meth:`finish` ends the call and adds its counts to a tally.
+    """
+
+    __slots__ = (
+        "accepted",
+        "cid",
+        "context",
+        "context_tokens",
+        "drafted",
+        "index_ns",
+        "outcomes",
+        "output",
+        "output_list",
+        "pos",
+        "prompt_len",
+        "proposals",
+        "propose_ns",
+        "proposer",
+        "steps",
+    )
+
+    def __init__(
+        self,
+        proposer: Proposer,
+        spec: CallSpec,
+        prompt: np.ndarray,
+        output: np.ndarray,
+        output_list: list[int],
+        context: np.ndarray | None = None,
+        seeds: Sequence[TokenSeed] = (),
+    ) -> None:
+        self.proposer = proposer
+        self.cid = spec.call_id
+        self.prompt_len = prompt.shape[0]
+        self.output = output
+        self.output_list = output_list
+        self.context = np.concatenate((prompt, output)) if context is None else context
+        self.steps = self.drafted = self.accepted = self.proposals = self.context_tokens = 0
+        self.propose_ns = 0
+        self.pos = 0
+        self.outcomes: dict[tuple[int, int], int] = {}
+        t0 = _now()
+        proposer.begin_call(spec, prompt, seeds)
+        if output.shape[0]:
+            proposer.observe(self.cid, output[:1])  # the prefill step's token
+            self.pos = self.steps = 1
+        self.index_ns = _now() - t0
+
+    def step(self) -> bool:
+        """One decoding step, if any is left; whether another follows."""
+        n_out = self.output.shape[0]
+        pos = self.pos
+        if pos >= n_out:
+            return False
+        p_len = self.prompt_len
         t1 = _now()
-        draft: ReplayDraft = proposer.propose(cid, context[: p_len + pos])
+        draft: ReplayDraft = self.proposer.propose(self.cid, self.context[: p_len + pos])
         t2 = _now()
-        propose_ns += t2 - t1
-        proposals += 1
+        self.propose_ns += t2 - t1
+        self.proposals += 1
         toks = draft.token_ids
         if not toks:
             acc = n_draft = 0
         elif draft.parents is None:
-            acc = accept_linear(toks, output_list, pos)
+            acc = accept_linear(toks, self.output_list, pos)
             n_draft = len(toks)
         else:
-            acc, n_draft = accept_tree(toks, draft.parents, output_list, pos)
+            acc, n_draft = accept_tree(toks, draft.parents, self.output_list, pos)
         # The request ends at its last token: a bonus past it is never produced.
         emit = min(acc + 1, n_out - pos)
         acc = min(acc, emit)
         t3 = _now()
-        proposer.verified(cid, n_draft, acc)
-        proposer.observe(cid, output[pos : pos + emit])
-        index_ns += _now() - t3
-        drafted += n_draft
-        accepted += acc
-        outcomes[(n_draft, acc)] = outcomes.get((n_draft, acc), 0) + 1
-        context_tokens += p_len + pos
-        pos += emit
-        steps += 1
-    t4 = _now()
-    proposer.end_call(cid)
-    index_ns += _now() - t4
+        self.proposer.verified(self.cid, n_draft, acc)
+        self.proposer.observe(self.cid, self.output[pos : pos + emit])
+        self.index_ns += _now() - t3
+        self.drafted += n_draft
+        self.accepted += acc
+        self.outcomes[(n_draft, acc)] = self.outcomes.get((n_draft, acc), 0) + 1
+        self.context_tokens += p_len + pos
+        self.pos = pos + emit
+        self.steps += 1
+        return self.pos < n_out
 
-    tally.calls += 1
-    tally.prompt_tokens += p_len
-    tally.output_tokens += n_out
-    tally.steps += steps
-    tally.proposals += proposals
-    tally.drafted_tokens += drafted
-    tally.accepted_tokens += accepted
-    tally.index_ns += index_ns
-    tally.propose_ns += propose_ns
-    tally.context_tokens += context_tokens
+    def finish(self, tally: Tally) -> None:
+        """End the call in the proposer; add its counts to ``tally``."""
+        t4 = _now()
+        self.proposer.end_call(self.cid)
+        self.index_ns += _now() - t4
+        tally.calls += 1
+        tally.prompt_tokens += self.prompt_len
+        tally.output_tokens += self.output.shape[0]
+        tally.steps += self.steps
+        tally.proposals += self.proposals
+        tally.drafted_tokens += self.drafted
+        tally.accepted_tokens += self.accepted
+        tally.index_ns += self.index_ns
+        tally.propose_ns += self.propose_ns
+        tally.context_tokens += self.context_tokens
+        for key, n in self.outcomes.items():
+            tally.outcomes[key] = tally.outcomes.get(key, 0) + n
 
 
 class ClientRouting:
@@ -327,6 +382,76 @@ class _Fleet:
             )
 
 
+@dataclass(slots=True)
+class _Slot:
+    """A trajectory in flight under lockstep: its remaining calls and the one decoding."""
+
+    calls: Iterator[ReplayCall]
+    call: CallStepper | None = None
+    spec: CallSpec | None = None
+    server: Proposer | None = None
+
+
+class _LockstepFleet:
+    """One proposer's fleet replaying a workload in lockstep: ``concurrency`` trajectories
+    in flight, each round every call in flight takes one decoding step, in slot order, as
+    the requests of one server batch do. A trajectory's next call starts in the round after
+    its last one ended (an agent waits for the reply); a finished trajectory's slot goes to
+    the next one in order."""
+
+    def __init__(self, fleet: _Fleet, workload: SourceWorkload, concurrency: int, memory_every: int) -> None:
+        self.fleet = fleet
+        self.memory_every = memory_every
+        self._pending = iter(workload)
+        self.slots: list[_Slot] = []
+        for trajectory in self._pending:
+            self.slots.append(_Slot(iter(trajectory)))
+            if len(self.slots) == concurrency:
+                break
+        self.finished_calls = 0
+
+    @property
+    def done(self) -> bool:
+        return not self.slots
+
+    def round(self) -> int:
+        """Start calls where slots are free, take one step of every call in flight;
+        returns how many calls ended."""
+        self.slots = [slot for slot in self.slots if slot.call is not None or self._start(slot)]
+        ended = 0
+        for slot in self.slots:
+            if not slot.call.step():  # type: ignore[union-attr]
+                self._finish(slot)
+                ended += 1
+        return ended
+
+    def _start(self, slot: _Slot) -> bool:
+        call = next(slot.calls, None)
+        while call is None:
+            trajectory = next(self._pending, None)
+            if trajectory is None:
+                return False
+            slot.calls = iter(trajectory)
+            call = next(slot.calls, None)
+        prompt = np.ascontiguousarray(call.prompt(), dtype=np.int32)
+        output = np.ascontiguousarray(call.output(), dtype=np.int32)
+        slot.spec = call.spec
+        slot.server = self.fleet.server(call.spec)
+        slot.call = CallStepper(slot.server, call.spec, prompt, output, output.tolist(), None, call.seeds())
+        return True
+
+    def _finish(self, slot: _Slot) -> None:
+        fleet = self.fleet
+        slot.call.finish(fleet.tally)  # type: ignore[union-attr]
+        self.finished_calls += 1
+        fleet.exchange_outputs(slot.server, self.finished_calls)  # type: ignore[arg-type]
+        if fleet.client is not None:
+            fleet.client.done(slot.spec)  # type: ignore[arg-type]
+        if self.finished_calls % self.memory_every == 0:
+            fleet.sample_memory()
+        slot.call = slot.spec = slot.server = None
+
+
 def replay_source(
     source: str,
     workload: SourceWorkload,
@@ -338,11 +463,15 @@ def replay_source(
     on_call: Callable[[], None] | None = None,
     exchange: bool = False,
     exchange_lag: int = 0,
+    lockstep: bool = False,
 ) -> SourceResult:
     """Replay one source's workload through every proposer, on fresh servers.
 
     Each call's token arrays are built once and replayed through each proposer in
-    turn; the proposers share nothing.
+    turn; the proposers share nothing. With ``lockstep``, the ``concurrency`` calls in
+    flight decode a step each in turn (:class:`_LockstepFleet`) instead of one whole
+    call after another, so calls in flight draft from each other's partial outputs, as
+    on a server; progress (``on_call``) then follows the first proposer.
     """
     start = time.perf_counter()
     fleets = {
@@ -352,6 +481,15 @@ def replay_source(
     for fleet in fleets.values():
         if fleet.routing is Routing.CLIENT and replicas > 1:
             fleet.client = ClientRouting.for_workload(workload, replicas)
+    if lockstep:
+        runs = [_LockstepFleet(f, workload, concurrency, memory_every) for f in fleets.values()]
+        while not all(run.done for run in runs):
+            for k, run in enumerate(runs):
+                ended = 0 if run.done else run.round()
+                if k == 0 and on_call is not None:
+                    for _ in range(ended):
+                        on_call()
+        return _source_result(source, workload, fleets, start)
     for n, call in enumerate(interleave(workload, concurrency), 1):
         spec = call.spec
         prompt = np.ascontiguousarray(call.prompt(), dtype=np.int32)
@@ -370,6 +508,10 @@ def replay_source(
                 fleet.sample_memory()
         if on_call is not None:
             on_call()
+    return _source_result(source, workload, fleets, start)
+
+
+def _source_result(source: str, workload: SourceWorkload, fleets: dict[str, _Fleet], start: float) -> SourceResult:
     for fleet in fleets.values():
         fleet.sample_memory()
     return SourceResult(
