@@ -15,11 +15,13 @@ For each run it prints the draft and accepted tokens three ways:
 - bench: the replay benchmark's loop (``agentspec.replay.simulate.replay_call``), one call
   at a time in arrival order with no batch budget, as ``agentspec bench`` replays;
 - lockstep: ``agentspec bench --lockstep --concurrency C``: the sessions' calls in flight
-  decode a step each in turn, as one server batch does (no batch budget).
+  decode a step each in turn, as one server batch does, their drafts capped by the
+  server's default batch budget for the calls in flight.
 
-bench/server and lockstep/server are the benchmark's error at that concurrency: the
-budget's cut drafts neither models (above ``--agentspec-full-draft-batch``, 8), and, for
-bench alone, the order in which concurrent calls see each other's text.
+bench/server is the benchmark's error at that concurrency when calls run one at a time:
+the budget's cuts (above ``--agentspec-full-draft-batch``, 8) and the order in which
+concurrent calls see each other's text; lockstep/server what is left in lockstep (the
+server's batches also hold requests still prefilling, and its batch order is its own).
 """
 
 from __future__ import annotations

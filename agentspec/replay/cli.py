@@ -90,7 +90,8 @@ def bench(
         typer.Option(
             "--lockstep",
             help="The calls in flight decode a step each in turn, as one server batch does (siblings in flight"
-            " draft from each other's partial outputs), not one whole call after another.",
+            " draft from each other's partial outputs; agentspec's drafts capped by the server's default batch"
+            " budget), not one whole call after another.",
         ),
     ] = False,
     jobs: Annotated[int, typer.Option(help="Replay sources in N parallel processes.", min=1)] = 1,

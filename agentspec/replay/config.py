@@ -70,7 +70,8 @@ class ReplayConfig(BaseModel):
     concurrency: int = Field(default=8, ge=1)
     #: The calls in flight decode a step each in turn, as one server batch does, instead of
     #: one whole call after another: calls in flight (a group's siblings) draft from each
-    #: other's partial outputs rather than finished ones. No batch budget is applied.
+    #: other's partial outputs rather than finished ones; agentspec's drafts get the caps
+    #: of the server's default batch budget for the calls in flight on their replica.
     lockstep: bool = False
     #: Sources replayed in parallel processes.
     jobs: int = Field(default=1, ge=1)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from agentspec.budget import BatchBudget
 from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
 from agentspec.replay.calls import CallSpec
 from agentspec.replay.proposer import EMPTY_DRAFT, Proposer, ProposerSettings, ReplayDraft
@@ -25,13 +26,17 @@ class DriverProposer:
     """One replica's agentspec drafting, through the engine's request driver.
 
     Replayed calls carry seeds only under condenser seeding (what the window dropped), and
-    no stop tokens of their own (the recorded output ends
-    where it ended), and one call runs at a time, so the batch budget never cuts a draft.
+    no stop tokens of their own (the recorded output ends where it ended). One call at a
+    time, the batch budget never cuts a draft; under lockstep (:meth:`set_batch_size`)
+    drafts get the caps of ``agentspec serve``'s default budget rule
+    (:class:`~agentspec.budget.BatchBudget` with ``k`` the policy's ``max_spec_tokens``).
     """
 
     def __init__(self, index: DraftIndex) -> None:
         self.driver = RequestDriver(index)
         self._shared: list[np.ndarray] | None = None  # None: not sharing
+        self._budget: BatchBudget | None = None  # made when first told a batch size
+        self._cap: int | None = None  # None: the policy's longest draft
 
     @property
     def index(self) -> DraftIndex:
@@ -47,7 +52,7 @@ class DriverProposer:
 
     def propose(self, call_id: str, context: np.ndarray) -> ReplayDraft:
         # The index holds the call's context itself; ``context`` is not needed.
-        d = self.driver.draft(call_id)
+        d = self.driver.draft(call_id, self._cap)
         return ReplayDraft(d.token_ids) if d is not None and d.token_ids else EMPTY_DRAFT
 
     def verified(self, call_id: str, drafted: int, accepted: int) -> None:
@@ -57,6 +62,11 @@ class DriverProposer:
         out = self.driver.release(call_id, share=self._shared is not None)
         if self._shared is not None and out is not None and len(out):
             self._shared.append(out)
+
+    def set_batch_size(self, requests: int) -> None:
+        if self._budget is None:
+            self._budget = BatchBudget(self.index.config.policy.max_spec_tokens)
+        self._cap = self._budget.tokens_for(requests)
 
     def start_sharing(self) -> None:
         if self._shared is None:

@@ -95,4 +95,14 @@ class SharesOutputs(Protocol):
         ...
 
 
+@runtime_checkable
+class BatchAware(Protocol):
+    """A proposer whose drafts depend on how many requests share its step, as agentspec's
+    batch budget makes them (told under ``ReplayConfig.lockstep``, where steps are shared)."""
+
+    def set_batch_size(self, requests: int) -> None:
+        """``requests`` calls are in flight on this server in the coming step."""
+        ...
+
+
 ProposerFactory = Callable[[ProposerSettings], Proposer]

@@ -22,7 +22,7 @@ import numpy as np
 from agentspec.driver import TokenSeed
 from agentspec.replay.calls import CallSpec, ReplayCall, SourceWorkload
 from agentspec.replay.config import Routing
-from agentspec.replay.proposer import Proposer, ReplayDraft, SharesOutputs
+from agentspec.replay.proposer import BatchAware, Proposer, ReplayDraft, SharesOutputs
 
 _now = time.perf_counter_ns
 
@@ -418,6 +418,14 @@ class _LockstepFleet:
         """Start calls where slots are free, take one step of every call in flight;
         returns how many calls ended."""
         self.slots = [slot for slot in self.slots if slot.call is not None or self._start(slot)]
+        # Each replica's batch: the calls in flight on it (a budget caps their drafts).
+        batches: dict[int, tuple[Proposer, int]] = {}
+        for slot in self.slots:
+            server, n = batches.get(id(slot.server), (slot.server, 0))
+            batches[id(slot.server)] = (server, n + 1)  # type: ignore[assignment]
+        for server, n in batches.values():
+            if isinstance(server, BatchAware):
+                server.set_batch_size(n)
         ended = 0
         for slot in self.slots:
             if not slot.call.step():  # type: ignore[union-attr]

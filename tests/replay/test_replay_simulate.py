@@ -326,10 +326,8 @@ def test_sharing_is_off_unless_started() -> None:
     assert p.take_shared_outputs() == []
 
 
-def _random_agents(rng: np.random.Generator, trajectories: int, turns: int) -> list[list]:
+def _random_agents(agent_call, rng: np.random.Generator, trajectories: int, turns: int) -> list[list]:
     """Agent loops in groups of two siblings that share their first prompt and output."""
-    from conftest import agent_call
-
     wl = []
     for t in range(trajectories):
         first = rng.integers(100, 200, 30).tolist()
@@ -345,8 +343,8 @@ def _random_agents(rng: np.random.Generator, trajectories: int, turns: int) -> l
     return wl
 
 
-def test_lockstep_at_concurrency_one_is_the_sequential_replay(rng) -> None:
-    wl = _random_agents(rng, trajectories=4, turns=3)
+def test_lockstep_at_concurrency_one_is_the_sequential_replay(make_call, rng) -> None:
+    wl = _random_agents(make_call, rng, trajectories=4, turns=3)
     config = ReplayConfig(proposers=("vllm-suffix", "agentspec", "oracle"), concurrency=1)
     (seq,) = replay_workloads(config, {"toy": wl})
     (lock,) = replay_workloads(config.model_copy(update={"lockstep": True}), {"toy": wl})
@@ -357,11 +355,11 @@ def test_lockstep_at_concurrency_one_is_the_sequential_replay(rng) -> None:
         ), name
 
 
-def test_lockstep_siblings_in_flight_see_partial_outputs(rng) -> None:
+def test_lockstep_siblings_in_flight_see_partial_outputs(make_call, rng) -> None:
     """Two siblings with the same prompt and output: one after the other, the second
     drafts the first's whole output; in lockstep they decode side by side, and the
     second sees only what the first has emitted so far."""
-    wl = _random_agents(rng, trajectories=2, turns=1)
+    wl = _random_agents(make_call, rng, trajectories=2, turns=1)
     config = ReplayConfig(proposers=("agentspec",), concurrency=2)
     (seq,) = replay_workloads(config, {"toy": wl})
     (lock,) = replay_workloads(config.model_copy(update={"lockstep": True}), {"toy": wl})
@@ -388,8 +386,8 @@ class _InFlight(Scripted):
         self.log.append(("end", call_id))
 
 
-def test_lockstep_keeps_turn_order_and_concurrency(rng) -> None:
-    wl = _random_agents(rng, trajectories=5, turns=3)
+def test_lockstep_keeps_turn_order_and_concurrency(make_call, rng) -> None:
+    wl = _random_agents(make_call, rng, trajectories=5, turns=3)
     log: list[tuple[str, str]] = []
     config = ReplayConfig(proposers=("spy",), concurrency=2, lockstep=True)
     replay_workloads(config, {"toy": wl}, proposers={"spy": lambda s: _InFlight(log)})
@@ -403,3 +401,25 @@ def test_lockstep_keeps_turn_order_and_concurrency(rng) -> None:
         in_flight += 1 if event == "begin" else -1
         peak = max(peak, in_flight)
     assert peak == 2
+
+
+def test_lockstep_batches_cap_agentspec_drafts_as_the_server_budget_does() -> None:
+    from agentspec.index import DraftIndex
+    from agentspec.replay.driver_proposer import DriverProposer
+    from agentspec.replay.proposer import BatchAware
+
+    text = list(range(100, 160))
+    proposer = DriverProposer(DraftIndex())
+    assert isinstance(proposer, BatchAware)
+    spec = CallSpec("c", "s", "g", "s", 0, "toy")
+    # The prompt holds the text twice; the call has emitted its first 5 tokens again.
+    proposer.begin_call(spec, np.asarray(text + text, dtype=np.int32))
+    proposer.observe("c", np.asarray(text[:5], dtype=np.int32))
+    context = np.asarray(text + text + text[:5], dtype=np.int32)
+    lengths = {}
+    for batch in (1, 8, 12, 20, 65):
+        proposer.set_batch_size(batch)
+        lengths[batch] = len(proposer.propose("c", context).token_ids)
+        proposer.driver.withdraw("c")  # not verified: the next proposal starts afresh
+    # k = 32 (the policy's longest draft): full up to 8 requests, halved per doubling, none above 64.
+    assert lengths == {1: 32, 8: 32, 12: 16, 20: 8, 65: 0}
