@@ -344,7 +344,7 @@ class AgentspecProposer(SessionDrafting, SuffixDecodingProposer):
         started = perf_counter()
         budget = self.driver.budget_for(len(sampled_token_ids), num_speculative_tokens)
         drafts: list[list[int]] = []
-        rows: list[tuple[str, int, int, int]] = []  # for the step log
+        rows: list[tuple[str, int, int, int]] | None = [] if self._step_log is not None else None
         for i, sampled in enumerate(sampled_token_ids):
             if not sampled:  # a partial prefill: nothing sampled, nothing to draft
                 drafts.append([])
@@ -361,8 +361,9 @@ class AgentspecProposer(SessionDrafting, SuffixDecodingProposer):
                 self.driver.disable(req_id)
                 draft = None
             drafts.append(draft.token_ids if draft is not None else [])
-            rows.append((req_id, len(sampled), cap, len(drafts[-1])))
-        if self._step_log is not None:
+            if rows is not None:
+                rows.append((req_id, len(sampled), cap, len(drafts[-1])))
+        if self._step_log is not None and rows is not None:
             self._step_log.step(len(sampled_token_ids), rows)
         self._end_propose(input_batch, len(drafts), started, budget)
         return drafts

@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
 
 import httpx
 import numpy as np
@@ -31,8 +30,10 @@ from agentspec.replay.driver_proposer import DriverProposer
 from agentspec.replay.simulate import Tally, replay_call
 from agentspec.replay.step_replay import replay_steps
 from agentspec.testing.fidelity import (
+    AgentCall,
     AgentWorkload,
     as_logged,
+    complete,
     logged_calls,
     run_agents,
 )
@@ -43,51 +44,23 @@ pytestmark = pytest.mark.server
 SESSIONS, TURNS, MAX_TOKENS = 3, 4, 40
 
 
-@dataclass(frozen=True)
-class Call:
-    session: str
-    group: str
-    turn: int
-    prompt: list[int]
-    output: list[int]
-
-
-def _complete(base: str, call_prompt: list[int], session: str, group: str, salt: str) -> list[int]:
-    response = httpx.post(
-        base + "/v1/completions",
-        json={
-            "model": MODEL,
-            "prompt": call_prompt,
-            "max_tokens": MAX_TOKENS,
-            "temperature": 0,
-            "ignore_eos": True,  # every output is MAX_TOKENS long: no stop to model
-            "return_token_ids": True,
-            wire.CACHE_SALT_FIELD: salt,
-        },
-        headers={wire.SESSION_HEADER: session, wire.GROUP_HEADER: group},
-        timeout=120,
-    )
-    assert response.status_code == 200, response.text
-    return [int(t) for t in response.json()["choices"][0]["token_ids"]]
-
-
-def _run_workload(base: str, salt: str, tag: str) -> list[Call]:
+def _run_workload(base: str, salt: str, tag: str) -> list[AgentCall]:
     """Agent loops: each turn's prompt is the history plus an observation quoting the last
     output, as tool results and file views do. Sessions take turns one call at a time."""
     rng = np.random.default_rng(7)
     histories = {f"fid-{tag}-{s}": [int(t) for t in rng.integers(100, 900, 24)] for s in range(SESSIONS)}
-    calls: list[Call] = []
+    calls: list[AgentCall] = []
     for turn in range(TURNS):
         for s, (session, history) in enumerate(histories.items()):
             group = f"fid-{tag}-g{s % 2}"
-            output = _complete(base, history, session, group, salt)
-            calls.append(Call(session, group, turn, list(history), output))
+            output = complete(base, MODEL, history, MAX_TOKENS, session=session, group=group, salt=salt)
+            calls.append(AgentCall(session, group, turn, list(history), output))
             observation = [int(t) for t in rng.integers(100, 900, 6)]
             history += output + observation + output[: MAX_TOKENS // 2]
     return calls
 
 
-def _replay(calls: list[Call]) -> dict[str, Tally]:
+def _replay(calls: list[AgentCall]) -> dict[str, Tally]:
     proposer = DriverProposer(DraftIndex(TEST_INDEX_CONFIG))
     tallies: dict[str, Tally] = defaultdict(Tally)
     for n, call in enumerate(calls):
