@@ -1,17 +1,26 @@
-"""A roofline model of a vLLM engine's decoding step, to estimate tokens/s at batch sizes.
+"""A model of a vLLM engine's decoding step, to estimate tokens/s at batch sizes.
 
 A decoding step runs the target model once over every token the batch verifies: for each
-request, its last emitted token plus its draft. On a GPU the step is bound by memory
-traffic or by compute, whichever is slower (the roofline). The memory traffic is the
-weights once per step and each request's KV cache once per step. The compute is two FLOPs
-per weight per verified token, plus attention over the context. vLLM adds a fixed cost per
-step (scheduling, sampling, launches). A drafter adds its own time, on the critical path::
+request, its last emitted token plus its draft. Its time is the sum of three parts, each
+bound by one resource of the GPU: reading the weights once, reading each request's KV
+cache once, and the compute of the verified tokens (two FLOPs per weight per token, plus
+attention over the context). Each layer adds a fixed cost (its small kernels and the gaps
+between kernels), the step may add one more (scheduling on the CPU, where it is not hidden),
+and the drafter's time is on the critical path::
 
-    t_step   = overhead + max(bytes / (bandwidth * memory_efficiency),
-                              flops / (peak_flops * compute_efficiency)) + drafter
-    bytes    = weight_bytes + batch * context * kv_bytes_per_token
+    t_step   = step_overhead + layers * layer_overhead
+               + weight_bytes / (bandwidth * memory_efficiency)
+               + batch * context * kv_bytes_per_token / (bandwidth * kv_efficiency)
+               + flops / (peak_flops * compute_efficiency) + batch * drafter
     flops    = batch * verified * (2 * params + 4 * layers * heads * head_dim * context)
     tokens/s = batch * emitted / t_step
+
+A sum rather than the textbook roofline's maximum: a step's kernels each wait on memory or
+on compute, one after another, so the two do not hide each other. The efficiencies and the
+per-layer cost are fitted to decoding steps timed on an H200
+(``benchmarks/results/``, ``benchmarks/speed_calibration.py``, docs/speed.md): Llama-shaped
+8B, 32B and 70B-wide forward passes in PyTorch, replayed from CUDA graphs, which this model
+matches within 5% RMS, also on a shape left out of the fit.
 
 ``verified`` and ``emitted`` are per request and step. With a draft capped at ``k``
 tokens they come from the drafts a replay measured (:class:`DraftOutcomes`): a draft cut
@@ -21,8 +30,8 @@ wait, as they do in vLLM, so at long contexts more concurrency adds no batch.
 
 Assumptions (see docs/speed.md): bf16 weights and KV cache; tensor parallelism divides
 weights, KV and FLOPs evenly and costs nothing more; prefill is left out (it is the same
-with and without speculation). The efficiencies and the overhead are named fields, so a
-calibration on a real GPU can replace them.
+with and without speculation); vLLM's scheduling on the CPU is taken as hidden behind the
+GPU's work (``step_overhead_s`` 0).
 """
 
 from __future__ import annotations
@@ -100,9 +109,19 @@ class SpeedModel(BaseModel):
     #: Share of the memory left after the weights that holds the KV cache (vLLM's
     #: ``gpu_memory_utilization`` 0.9 less activations).
     kv_share: float = Field(0.85, gt=0, le=1)
-    memory_efficiency: float = Field(0.75, gt=0, le=1)
-    compute_efficiency: float = Field(0.6, gt=0, le=1)
-    step_overhead_s: float = Field(1e-3, ge=0)
+    # Fitted on an H200 (module docstring; agentspec.speed_calibration refits them).
+    #: Share of the memory bandwidth reached reading the weights (with the per-layer cost
+    #: beside it: the two together are the weights' time).
+    memory_efficiency: float = Field(1.0, gt=0, le=1)
+    #: Share of the memory bandwidth reached reading the KV cache (attention).
+    kv_efficiency: float = Field(0.63, gt=0, le=1)
+    #: Share of the dense bf16 peak reached by the verified tokens' compute.
+    compute_efficiency: float = Field(0.74, gt=0, le=1)
+    #: Fixed seconds per layer and step: small kernels and the gaps between kernels. Each GPU
+    #: of a tensor-parallel group runs every layer, so it does not divide.
+    layer_overhead_s: float = Field(1.06e-4, ge=0)
+    #: Fixed seconds per step beyond the layers (the CPU's scheduling where not overlapped).
+    step_overhead_s: float = Field(0.0, ge=0)
 
     @property
     def gpus(self) -> int:
@@ -128,11 +147,13 @@ class SpeedModel(BaseModel):
         """One decoding step of ``batch`` requests, each verifying ``verified`` tokens
         (1 + its draft length) at ``context`` tokens of context."""
         n = self.gpus
-        memory = (self.model.weight_bytes + batch * context * self.model.kv_bytes_per_token) / n
+        bandwidth = self.gpu.memory_bandwidth
+        t_weights = self.model.weight_bytes / n / (bandwidth * self.memory_efficiency)
+        t_kv = batch * context * self.model.kv_bytes_per_token / n / (bandwidth * self.kv_efficiency)
         flops = batch * verified * self.model.flops_per_token(context) / n
-        t_memory = memory / (self.gpu.memory_bandwidth * self.memory_efficiency)
         t_compute = flops / (self.gpu.peak_flops * self.compute_efficiency)
-        return self.step_overhead_s + max(t_memory, t_compute)
+        overhead = self.step_overhead_s + self.model.layers * self.layer_overhead_s
+        return overhead + t_weights + t_kv + t_compute
 
     def tokens_per_second(
         self,

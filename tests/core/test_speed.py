@@ -20,7 +20,15 @@ from agentspec.speed import (
 # Round numbers, so the expected times are easy to check by hand.
 GPU = GpuSpec(name="toy", memory_bandwidth=1e12, peak_flops=100e12, memory_bytes=100e9)
 MODEL = ModelShape(name="toy", params=10e9, layers=10, heads=8, kv_heads=2, head_dim=100)
-TOY = SpeedModel(gpu=GPU, model=MODEL, memory_efficiency=1.0, compute_efficiency=1.0, step_overhead_s=0.0)
+TOY = SpeedModel(
+    gpu=GPU,
+    model=MODEL,
+    memory_efficiency=1.0,
+    kv_efficiency=1.0,
+    compute_efficiency=1.0,
+    layer_overhead_s=0.0,
+    step_overhead_s=0.0,
+)
 
 
 def test_hand_computed_shapes() -> None:
@@ -33,19 +41,30 @@ def test_hand_computed_shapes() -> None:
 
 
 def test_hand_computed_memory_bound_step() -> None:
-    # Batch 1, one token, no context: 20 GB of weights at 1 TB/s = 20 ms; compute 0.2 ms.
-    assert TOY.step_seconds(1, 1.0, 0.0) == pytest.approx(0.020)
-    # 10 requests at 10k context add 10 * 10k * 8 kB = 0.8 GB: 20.8 ms.
-    assert TOY.step_seconds(10, 1.0, 10_000) == pytest.approx(0.0208)
+    # Batch 1, one token, no context: 20 GB of weights at 1 TB/s = 20 ms, plus 20 GFLOP of
+    # compute at 100 TFLOP/s = 0.2 ms.
+    assert TOY.step_seconds(1, 1.0, 0.0) == pytest.approx(0.0202)
+    # 10 requests at 10k context: 10 * 10k * 8 kB = 0.8 GB of KV (0.8 ms), and 10 tokens of
+    # 20 GFLOP + 4 * 10 * 8 * 100 * 10k FLOP of attention (2.032 ms).
+    assert TOY.step_seconds(10, 1.0, 10_000) == pytest.approx(0.020 + 0.0008 + 0.002032)
     with_overhead = TOY.model_copy(update={"step_overhead_s": 0.001, "memory_efficiency": 0.5})
-    assert with_overhead.step_seconds(1, 1.0, 0.0) == pytest.approx(0.041)
+    assert with_overhead.step_seconds(1, 1.0, 0.0) == pytest.approx(0.001 + 0.040 + 0.0002)
+    # The per-layer overhead counts every layer, on each GPU of a tensor-parallel group.
+    layered = TOY.model_copy(update={"layer_overhead_s": 1e-4})
+    assert layered.step_seconds(1, 1.0, 0.0) == pytest.approx(10 * 1e-4 + 0.0202)
+    split = layered.model_copy(update={"tensor_parallel": 2})
+    assert split.step_seconds(1, 1.0, 0.0) == pytest.approx(10 * 1e-4 + 0.0202 / 2)
+    # The KV cache's efficiency applies to the KV traffic alone.
+    slow_kv = TOY.model_copy(update={"kv_efficiency": 0.5})
+    assert slow_kv.step_seconds(10, 1.0, 10_000) == pytest.approx(0.020 + 0.0016 + 0.002032)
 
 
 def test_hand_computed_compute_bound_step() -> None:
-    # 100 requests verifying 10 tokens each: 1000 tokens * 20 GFLOP = 20 TFLOP at 100 TFLOP/s.
-    assert TOY.step_seconds(100, 10.0, 0.0) == pytest.approx(0.2)
-    # 1000 tokens/step over a 0.2 s step, each request emitting 4 of its 10.
-    assert TOY.tokens_per_second(100, 0.0, emitted=4.0, verified=10.0) == pytest.approx(100 * 4 / 0.2)
+    # 100 requests verifying 10 tokens each: 1000 tokens * 20 GFLOP = 20 TFLOP at 100 TFLOP/s
+    # (200 ms), after the weights' 20 ms: the parts add, they do not hide each other.
+    assert TOY.step_seconds(100, 10.0, 0.0) == pytest.approx(0.22)
+    # 1000 tokens/step over a 0.22 s step, each request emitting 4 of its 10.
+    assert TOY.tokens_per_second(100, 0.0, emitted=4.0, verified=10.0) == pytest.approx(100 * 4 / 0.22)
 
 
 def test_the_kv_cache_bounds_the_batch() -> None:
