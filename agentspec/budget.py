@@ -21,6 +21,7 @@ model of the engine.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,8 +34,13 @@ class DraftBudget(Protocol):
 
     def tokens_for(self, batch_size: int) -> int: ...
 
-    def observe_draft(self, cap: int, drafted: int, accepted: int) -> None:
-        """A draft asked with ``cap`` tokens proposed ``drafted`` and kept ``accepted``."""
+    def min_prob_for(self, batch_size: int) -> float:
+        """The path probability below which drafts stop in the step :meth:`tokens_for` was
+        last asked about (0.0: none beyond the draft policy's own)."""
+
+    def observe_draft(self, cap: int, drafted: int, accepted: int, probs: Sequence[float] = ()) -> None:
+        """A draft asked with ``cap`` tokens proposed ``drafted`` (with path probabilities
+        ``probs``) and kept ``accepted``."""
 
     def observe_step(self, batch_size: int, context_tokens: float, drafter_s: float, drafting: bool) -> None:
         """A step of ``batch_size`` requests at a mean ``context_tokens``, whose drafter
@@ -67,7 +73,11 @@ class BatchBudget:
             halvings += 1
         return max(1, self.max_tokens >> halvings) if self.max_tokens else 0
 
-    def observe_draft(self, cap: int, drafted: int, accepted: int) -> None:
+    def min_prob_for(self, batch_size: int) -> float:
+        """The fixed rule cuts no draft short: 0.0."""
+        return 0.0
+
+    def observe_draft(self, cap: int, drafted: int, accepted: int, probs: Sequence[float] = ()) -> None:
         """The fixed rule learns nothing."""
 
     def observe_step(self, batch_size: int, context_tokens: float, drafter_s: float, drafting: bool) -> None:

@@ -75,6 +75,8 @@ class _Request:
     output_len: int = 0
     last_draft_len: int = 0
     last_cap: int = 0  # the cap its last draft was asked with
+    last_probs: list[float] = field(default_factory=list)  # its last draft's path probabilities
+    teaches: bool = False  # its last draft may teach the batch budget
     policy_version: int | None = None  # live when it arrived: it runs under that one
 
     def keepable(self, tokens: Iterable[int]) -> int:
@@ -134,6 +136,8 @@ class RequestDriver:
         self.policy_version: int | None = None
         #: Outputs of versions below this one are retired (None: none are).
         self.retired_below: int | None = None
+        #: The batch budget's probability cut for the current step (0.0: none).
+        self.min_prob = 0.0
         # (tenant, session) seen recently, most recent last; bounded like the index's own LRU.
         self._sessions: OrderedDict[tuple[str, str], None] = OrderedDict()
 
@@ -243,8 +247,8 @@ class RequestDriver:
         accepted = max(0, min(accepted, drafted))
         self.index.record_verification(req_id, drafted, accepted)
         self.distributions["accepted_tokens_per_draft"][accepted] += 1
-        if self.budget is not None:
-            self.budget.observe_draft(req.last_cap, drafted, accepted)
+        if self.budget is not None and req.teaches:
+            self.budget.observe_draft(req.last_cap, drafted, accepted, req.last_probs)
 
     def advance(self, req_id: str, emitted: Iterable[int]) -> None:
         """The tokens one step emitted (accepted draft tokens and the bonus token)."""
@@ -270,11 +274,15 @@ class RequestDriver:
         if req.disabled or req.done or (max_tokens is not None and max_tokens <= 0):
             req.last_draft_len = 0
             return None
-        draft = self.index.propose(req_id, max_tokens)
+        draft = self.index.propose(req_id, max_tokens, self.min_prob)
         req.last_draft_len = len(draft.token_ids)
         self.distributions["draft_length"][req.last_draft_len] += 1
-        if self.budget is not None:
+        # A draft under the step's probability cut teaches the budget nothing (as a capped
+        # one teaches nothing): it cannot tell what the cut took off.
+        req.teaches = self.budget is not None and self.min_prob == 0.0
+        if self.budget is not None and req.teaches:
             req.last_cap = self.budget.max_tokens if max_tokens is None else max_tokens
+            req.last_probs = draft.probs
             if not req.last_draft_len:
                 self.budget.observe_draft(req.last_cap, 0, 0)  # nothing to verify
         return draft
@@ -320,9 +328,13 @@ class RequestDriver:
     # ------------------------------------------------------------------ batch budget
 
     def budget_for(self, batch_size: int, max_tokens: int) -> int:
-        """Draft tokens per request when ``batch_size`` requests share one step."""
+        """Draft tokens per request when ``batch_size`` requests share one step; the
+        budget's probability cut for the step applies to the drafts that follow
+        (:attr:`min_prob`)."""
         budget = max_tokens if self.budget is None else min(self.budget.tokens_for(batch_size), max_tokens)
+        self.min_prob = 0.0 if self.budget is None or not budget else self.budget.min_prob_for(batch_size)
         self.counters["draft_budget"] = budget
+        self.counters["draft_min_prob"] = self.min_prob
         self.counters["batch_size"] = batch_size
         if self.budget is not None and budget < self.budget.max_tokens:
             self._count("budget_off_steps_total" if budget == 0 else "budget_limited_steps_total")

@@ -343,6 +343,15 @@ def rows() -> list[tuple[str, list[Builder]]]:
             "suffix: tokens",
             width=12,
         ),
+        graph(
+            "Draft probability cut",
+            "Path probability below which each engine's latest drafts stopped; above zero only with "
+            "--agentspec-speed-model, where the speed model found the drafts' unlikely tails cost more "
+            "verification than they bring at this batch size.",
+            [(summed(series("agentspec_draft_min_prob"), "instance, engine"), PER_ENGINE)],
+            "short",
+            width=12,
+        ),
     ]
     seeds = [
         graph(

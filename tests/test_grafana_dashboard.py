@@ -56,6 +56,7 @@ EXPECTED_SERIES = {
     "agentspec_calls_finished_total",
     "agentspec_batch_size",
     "agentspec_draft_budget",
+    "agentspec_draft_min_prob",
     "agentspec_budget_limited_steps_total",
     "agentspec_budget_off_steps_total",
     # Seeds, security, policy

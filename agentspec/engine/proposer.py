@@ -364,7 +364,7 @@ class AgentspecProposer(SessionDrafting, SuffixDecodingProposer):
             if rows is not None:
                 rows.append((req_id, len(sampled), cap, len(drafts[-1])))
         if self._step_log is not None and rows is not None:
-            self._step_log.step(len(sampled_token_ids), rows)
+            self._step_log.step(len(sampled_token_ids), rows, self.driver.min_prob)
         self._end_propose(input_batch, len(drafts), started, budget)
         return drafts
 

@@ -12,7 +12,8 @@ Off unless ``EngineSettings.step_log_dir`` names a folder (``agentspec serve
 - ``{"e": "step", "batch": B, "rows": [[ID, SAMPLED, CAP, DRAFTED], ...]}``: one drafting
   step of ``B`` requests; per request in row order, the tokens the target emitted for it
   this step, the draft cap it was given (the batch budget, or less near the context end)
-  and the length of the draft proposed;
+  and the length of the draft proposed; with ``"min_prob": P`` where a model budget
+  (``--agentspec-speed-model``) cut the step's drafts at path probability ``P``;
 - ``{"e": "end", "req": [ID, ...]}``: requests finished or aborted.
 
 Together with the prompt and output token ids of each request (the client's transcript),
@@ -62,9 +63,12 @@ class StepLog:
              "stops": sorted(stops)}
         )
 
-    def step(self, batch: int, rows: Sequence[tuple[str, int, int, int]]) -> None:
+    def step(self, batch: int, rows: Sequence[tuple[str, int, int, int]], min_prob: float = 0.0) -> None:
         """One drafting step; flushed, so that a reader sees every step once the engine idles."""
-        self._write({"e": "step", "batch": batch, "rows": [list(r) for r in rows]}, flush=True)
+        event: dict[str, object] = {"e": "step", "batch": batch, "rows": [list(r) for r in rows]}
+        if min_prob:
+            event["min_prob"] = min_prob
+        self._write(event, flush=True)
 
     def finished(self, req_ids: Sequence[str]) -> None:
         if req_ids:

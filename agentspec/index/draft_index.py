@@ -23,7 +23,14 @@ from agentspec.corpus import EMPTY_TREE_DRAFT, Corpus, TreeDraft
 from agentspec.errors import DraftIndexError, SeedLimitError, UnknownCallError
 from agentspec.index.scopes import Scope, ScopeKey, ScopeKind, ScopeTable
 from agentspec.index.streams import Stream
-from agentspec.index.types import CallStart, Draft, IndexStats, Level, ScopeStats
+from agentspec.index.types import (
+    CallStart,
+    Draft,
+    IndexStats,
+    Level,
+    ScopeStats,
+    cut_length,
+)
 from agentspec.policy import DraftPolicy, IndexConfig
 from agentspec.tokens import as_token_array
 from agentspec.wire import SeedKind
@@ -150,8 +157,10 @@ class DraftIndex:
             self._global_text[call.tenant].extend(call.global_seq, arr)
         self._enforce_budgets(call.session, call.group)
 
-    def propose(self, call_id: Hashable, max_tokens: int | None = None) -> Draft:
-        """The best draft for the call's current context, at most ``max_tokens`` long."""
+    def propose(self, call_id: Hashable, max_tokens: int | None = None, min_prob: float = 0.0) -> Draft:
+        """The best draft for the call's current context, at most ``max_tokens`` long and
+        stopped where its path probability falls below ``min_prob`` (a batch budget's cut;
+        the policy's ``min_token_prob`` applies as well)."""
         call = self._call(call_id)
         policy = self.config.policy
         budget = policy.max_spec_tokens if max_tokens is None else min(max_tokens, policy.max_spec_tokens)
@@ -160,6 +169,12 @@ class DraftIndex:
             return Draft.empty()
         context = call.stream.tokens.tail(min(self._max_depth, policy.max_match_tokens))
         best, level = self._best_draft(call, context, budget)
+        if min_prob > policy.min_token_prob and level is not Level.NONE:
+            kept = cut_length(best.probs, min_prob)
+            if kept < len(best.token_ids):
+                probs = best.probs[:kept]
+                best = TreeDraft(best.token_ids[:kept], probs, float(sum(probs)), best.match_len)
+                level = level if kept else Level.NONE
         call.last_level = level
         call.last_probs = best.probs
         if level is Level.NONE:

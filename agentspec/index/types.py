@@ -7,10 +7,11 @@ group (:class:`ScopeStats`) and of the whole index (:class:`IndexStats`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-__all__ = ["CallStart", "Draft", "IndexStats", "Level", "ScopeStats"]
+__all__ = ["CallStart", "Draft", "IndexStats", "Level", "ScopeStats", "cut_length"]
 
 
 class Level(StrEnum):
@@ -36,6 +37,17 @@ class Draft:
     @classmethod
     def empty(cls) -> Draft:
         return cls([], [], 0.0, 0, Level.NONE)
+
+
+def cut_length(probs: Sequence[float], min_prob: float) -> int:
+    """Tokens a draft keeps when it stops where its path probability (the estimated chance
+    that it is right so far, which never rises along a draft) falls below ``min_prob``."""
+    kept = 0
+    for p in probs:
+        if p < min_prob:
+            break
+        kept += 1
+    return kept
 
 
 @dataclass(frozen=True, slots=True)

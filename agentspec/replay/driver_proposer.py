@@ -15,8 +15,14 @@ import numpy as np
 
 from agentspec.budget import BatchBudget
 from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
+from agentspec.model_budget import CUT_PROBS
 from agentspec.replay.calls import CallSpec
-from agentspec.replay.proposer import EMPTY_DRAFT, Proposer, ProposerSettings, ReplayDraft
+from agentspec.replay.proposer import (
+    EMPTY_DRAFT,
+    Proposer,
+    ProposerSettings,
+    ReplayDraft,
+)
 
 if TYPE_CHECKING:
     from agentspec.index import DraftIndex
@@ -31,6 +37,9 @@ class DriverProposer:
     drafts get the caps of ``agentspec serve``'s default budget rule
     (:class:`~agentspec.budget.BatchBudget` with ``k`` the policy's ``max_spec_tokens``).
     """
+
+    #: The probability cuts whose outcomes the replay counts (agentspec.model_budget).
+    cut_probs: tuple[float, ...] = CUT_PROBS
 
     def __init__(self, index: DraftIndex) -> None:
         self.driver = RequestDriver(index)
@@ -53,7 +62,7 @@ class DriverProposer:
     def propose(self, call_id: str, context: np.ndarray) -> ReplayDraft:
         # The index holds the call's context itself; ``context`` is not needed.
         d = self.driver.draft(call_id, self._cap)
-        return ReplayDraft(d.token_ids) if d is not None and d.token_ids else EMPTY_DRAFT
+        return ReplayDraft(d.token_ids, probs=d.probs) if d is not None and d.token_ids else EMPTY_DRAFT
 
     def verified(self, call_id: str, drafted: int, accepted: int) -> None:
         self.driver.verified(call_id, accepted)

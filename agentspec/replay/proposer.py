@@ -39,6 +39,9 @@ class ReplayDraft:
 
     token_ids: Sequence[int] = ()
     parents: Sequence[int] | None = None
+    #: The tokens' path probabilities, where the drafter estimates them (agentspec's index):
+    #: the replay then also counts what each batch-budget probability cut would keep.
+    probs: Sequence[float] = ()
 
 
 EMPTY_DRAFT = ReplayDraft()

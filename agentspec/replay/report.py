@@ -115,7 +115,7 @@ def render_speed_table(table: SpeedTable, baseline: str = "vllm-suffix") -> Tabl
         caption=(
             f"Roofline of the decoding step (agentspec.speed; docs/speed.md) at {table.context_tokens:,.0f} context "
             f"tokens per step, with the replay's drafts and measured drafter time. Batch by concurrency (what the KV "
-            f"cache holds): {', '.join(f'{c}→{b}' for c, b in table.batch.items())}. (×: vs {baseline}; k: draft cap)"
+            f"cache holds): {', '.join(f'{c}→{b}' for c, b in table.batch.items())}. (×: vs {baseline}; k: draft cap; p: probability cut)"
         ),
         caption_justify="left",
     )
@@ -130,6 +130,8 @@ def render_speed_table(table: SpeedTable, baseline: str = "vllm-suffix") -> Tabl
                 cell += f" {row.tokens_per_s[c] / ref[c]:.2f}×"
             if row.name != NO_SPECULATION and row.caps[c] is not None:
                 cell += f" k={row.caps[c]}"
+            if c in row.min_probs:
+                cell += f" p≥{row.min_probs[c]:g}"
             cells.append(cell)
         out.add_row(row.name, *cells)
     return out

@@ -50,6 +50,9 @@ class Record(BaseModel):
     context_tokens_per_step: float = 0.0
     #: Proposals by outcome, ``(drafted, accepted, count)`` rows (agentspec.speed.DraftOutcomes).
     draft_outcomes: list[tuple[int, int, int]] = []
+    #: ``draft_outcomes`` under each probability cut of a model budget (agentspec.model_budget),
+    #: keyed by the cut; empty for proposers whose drafts carry no path probabilities.
+    draft_outcomes_by_cut: dict[str, list[tuple[int, int, int]]] = {}
 
 
 class ReplayResult(BaseModel):
@@ -215,6 +218,10 @@ def summarise(config: ReplayConfig, results: list[SourceResult], wall_s: float) 
             bytes_per_held_token=t.peak_memory_bytes / t.held_tokens_at_peak if t.held_tokens_at_peak else None,
             context_tokens_per_step=t.context_tokens / t.proposals if t.proposals else 0.0,
             draft_outcomes=[(d, a, n) for (d, a), n in sorted(t.outcomes.items())],
+            draft_outcomes_by_cut={
+                str(cut): [(d, a, n) for (d, a), n in sorted(counts.items())]
+                for cut, counts in sorted(t.cut_outcomes.items())
+            },
         )
 
     records: list[Record] = []

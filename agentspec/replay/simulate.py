@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from agentspec.driver import TokenSeed
+from agentspec.index.types import cut_length
 from agentspec.replay.calls import CallSpec, ReplayCall, SourceWorkload
 from agentspec.replay.config import Routing
 from agentspec.replay.proposer import BatchAware, Proposer, ReplayDraft, SharesOutputs
@@ -47,6 +48,9 @@ class Tally:
     context_tokens: int = 0
     #: Proposals by outcome: ``(drafted, accepted) -> count`` (agentspec.speed.DraftOutcomes).
     outcomes: dict[tuple[int, int], int] = field(default_factory=dict)
+    #: The same under each probability cut of a batch budget (agentspec.model_budget), for
+    #: proposers whose drafts carry path probabilities (empty otherwise).
+    cut_outcomes: dict[float, dict[tuple[int, int], int]] = field(default_factory=dict)
 
     def add(self, other: Tally) -> None:
         for f in fields(self):
@@ -58,10 +62,17 @@ class Tally:
             elif f.name == "held_tokens_at_peak":
                 continue  # goes with the peak above
             elif f.name == "outcomes":
-                for key, n in other.outcomes.items():
-                    self.outcomes[key] = self.outcomes.get(key, 0) + n
+                _merge(self.outcomes, other.outcomes)
+            elif f.name == "cut_outcomes":
+                for cut, counts in other.cut_outcomes.items():
+                    _merge(self.cut_outcomes.setdefault(cut, {}), counts)
             else:
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+def _merge(into: dict[tuple[int, int], int], counts: dict[tuple[int, int], int]) -> None:
+    for key, n in counts.items():
+        into[key] = into.get(key, 0) + n
 
 
 @dataclass(slots=True)
@@ -191,6 +202,8 @@ class CallStepper:
         "cid",
         "context",
         "context_tokens",
+        "cut_outcomes",
+        "cuts",
         "drafted",
         "index_ns",
         "outcomes",
@@ -224,6 +237,8 @@ class CallStepper:
         self.propose_ns = 0
         self.pos = 0
         self.outcomes: dict[tuple[int, int], int] = {}
+        self.cuts: tuple[float, ...] = getattr(proposer, "cut_probs", ())
+        self.cut_outcomes: dict[float, dict[tuple[int, int], int]] = {cut: {} for cut in self.cuts}
         t0 = _now()
         proposer.begin_call(spec, prompt, seeds)
         if output.shape[0]:
@@ -261,6 +276,12 @@ class CallStepper:
         self.drafted += n_draft
         self.accepted += acc
         self.outcomes[(n_draft, acc)] = self.outcomes.get((n_draft, acc), 0) + 1
+        for cut in self.cuts:
+            # Acceptance is a prefix: a draft cut to its first ``kept`` tokens keeps
+            # min(acc, kept) of them.
+            kept = cut_length(draft.probs[:n_draft], cut) if cut and draft.probs else n_draft
+            counts = self.cut_outcomes[cut]
+            counts[(kept, min(acc, kept))] = counts.get((kept, min(acc, kept)), 0) + 1
         self.context_tokens += p_len + pos
         self.pos = pos + emit
         self.steps += 1
@@ -281,8 +302,9 @@ class CallStepper:
         tally.index_ns += self.index_ns
         tally.propose_ns += self.propose_ns
         tally.context_tokens += self.context_tokens
-        for key, n in self.outcomes.items():
-            tally.outcomes[key] = tally.outcomes.get(key, 0) + n
+        _merge(tally.outcomes, self.outcomes)
+        for cut, counts in self.cut_outcomes.items():
+            _merge(tally.cut_outcomes.setdefault(cut, {}), counts)
 
 
 class ClientRouting:

@@ -7,8 +7,10 @@ concurrency, against no speculation on the same GPU and model:
 - vLLM's methods and the oracle draft at full length at every concurrency (vLLM applies
   no batch-size rule to them);
 - agentspec under its fixed rule (``agentspec serve``'s default budget,
-  :class:`agentspec.budget.BatchBudget`), and under a model budget: at each concurrency
-  the draft cap that the speed model says is fastest (0, no drafting, is among the
+  :class:`agentspec.budget.BatchBudget`), and under a model budget
+  (``agentspec serve --agentspec-speed-model``): at each concurrency the draft cap and
+  probability cut that the speed model says are fastest, chosen by the server's own
+  :func:`agentspec.model_budget.fastest_limits` (a cap of 0, no drafting, is among the
   choices; agentspec still keeps its index up to date then, so that cost stays).
 
 The oracle's drafter time is not a drafter's (it reads the future), so its row is left out.
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from agentspec.budget import BatchBudget
+from agentspec.model_budget import fastest_limits
 from agentspec.replay.run import ALL, Record, ReplayResult
 from agentspec.speed import DraftOutcomes, SpeedModel
 
@@ -40,6 +43,8 @@ class SpeedRow(BaseModel):
     tokens_per_s: dict[int, float]
     #: Draft cap by concurrency (None: the drafter's own length).
     caps: dict[int, int | None]
+    #: Probability cut by concurrency, where a model budget chose one above 0.
+    min_probs: dict[int, float] = {}
 
 
 class SpeedTable(BaseModel):
@@ -118,14 +123,25 @@ def speed_table(
                 caps=fixed,
             )
         )
-        best: dict[int, int] = {}
-        for c in concurrencies:
-            best[c] = max(range(outcomes.longest + 1), key=lambda k, c=c: _speed(model, record, outcomes, c, k))
+        by_cut = {float(cut): DraftOutcomes.of(rows) for cut, rows in record.draft_outcomes_by_cut.items()}
+        drafter_s = {drafting: _drafter_seconds(record, drafting) for drafting in (True, False)}
+        best = {
+            c: fastest_limits(
+                model,
+                model.batch_for(c, record.context_tokens_per_step),
+                record.context_tokens_per_step,
+                by_cut or {0.0: outcomes},
+                drafter_s,
+                outcomes.longest,
+            )
+            for c in concurrencies
+        }
         rows.append(
             SpeedRow(
                 name=f"{record.proposer} (model budget)",
-                tokens_per_s={c: _speed(model, record, outcomes, c, best[c]) for c in concurrencies},
-                caps=best,
+                tokens_per_s={c: limits.tokens_per_s for c, limits in best.items()},
+                caps={c: limits.tokens for c, limits in best.items()},
+                min_probs={c: limits.min_prob for c, limits in best.items() if limits.min_prob},
             )
         )
     return SpeedTable(

@@ -119,6 +119,7 @@ def replay_steps(
         elif kind == "step":
             result.steps += 1
             result.max_batch = max(result.max_batch, int(event["batch"]))
+            driver.min_prob = float(event.get("min_prob", 0.0))  # the step's probability cut
             for req_id, sampled, cap, drafted in event["rows"]:
                 state = live.get(req_id)
                 if state is None:

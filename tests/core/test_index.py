@@ -41,6 +41,23 @@ def test_budget_caps_the_draft_and_zero_switches_drafting_off():
     assert index.propose("c", max_tokens=0) .token_ids == []
 
 
+def test_a_probability_cut_keeps_the_drafts_likely_prefix_and_counts_what_was_drafted():
+    index = DraftIndex()
+    # After [1, 2, 3, 4]: 5 in two of three seeds, then 6 in one of those two.
+    for seed in ([1, 2, 3, 4, 5, 6, 60, 61], [1, 2, 3, 4, 7, 8, 70, 71], [1, 2, 3, 4, 5, 9, 90, 91]):
+        index.seed(seed, session_id="s")
+    index.start_call("c", [50, 1, 2, 3, 4], session_id="s")
+    full = index.propose("c")
+    assert full.token_ids == [5, 6, 60, 61] and full.probs[0] == pytest.approx(2 / 3)
+    drafted = index.stats().drafted_tokens_by_level[Level.SESSION.value]
+    cut = index.propose("c", min_prob=0.5)
+    assert (cut.token_ids, cut.score) == ([5], pytest.approx(2 / 3))
+    assert index.stats().drafted_tokens_by_level[Level.SESSION.value] == drafted + 1
+    assert index.propose("c", min_prob=0.1).token_ids == full.token_ids  # below the policy's own: no cut
+    nothing = index.propose("c", min_prob=0.9)
+    assert nothing.token_ids == [] and nothing.level is Level.NONE
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     turns=st.lists(

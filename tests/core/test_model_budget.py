@@ -137,3 +137,94 @@ def test_the_driver_tells_the_budget_what_each_draft_did() -> None:
     empty = driver.draft("c", 8)
     assert empty is not None and not empty.token_ids
     assert budget.outcomes == {(8, 5): 1, (0, 0): 1}  # nothing matched: counted at once
+
+
+# --- probability cuts -------------------------------------------------------------------
+
+
+def test_each_cut_counts_what_it_would_have_kept() -> None:
+    budget = ModelBudget(H100_8B, K)
+    budget.observe_draft(K, 3, 2, [0.9, 0.5, 0.35])
+    assert budget.outcomes_by_cut[0.0] == {(3, 2): 1} and budget.outcomes == {(3, 2): 1}
+    assert budget.outcomes_by_cut[0.3] == {(3, 2): 1}
+    assert budget.outcomes_by_cut[0.4] == {(2, 2): 1}
+    assert budget.outcomes_by_cut[0.6] == {(1, 1): 1}
+    assert budget.outcomes_by_cut[0.8] == {(1, 1): 1}
+    # Without probabilities no cut is credited with shortening the draft.
+    budget.observe_draft(K, 2, 0)
+    assert budget.outcomes_by_cut[0.8] == {(1, 1): 1, (2, 0): 1}
+    with pytest.raises(ValueError, match="cut_probs"):
+        ModelBudget(H100_8B, K, cut_probs=(0.3, 0.5))
+
+
+def _tails(tail_accepted: bool, drafts: int = 400) -> ModelBudget:
+    """Drafts of K tokens whose path probability drops to 0.35 after 12 tokens (half of
+    them) or after 2 (the other half); the tail is accepted or never."""
+    budget = ModelBudget(H100_8B, K)
+    for i in range(drafts):
+        head = 12 if i % 2 else 2
+        probs = [0.9] * head + [0.35] * (K - head)
+        budget.observe_draft(K, K, K if tail_accepted else head, probs)
+    budget.observe_step(128, 4000.0, 20e-6, True)
+    budget.observe_step(128, 4000.0, 5e-6, False)
+    return budget
+
+
+def test_a_cut_drops_the_tails_a_cap_cannot_tell_apart() -> None:
+    budget = _tails(tail_accepted=False)
+    limits = budget.best_limits(128)
+    # No cap keeps the long heads without the short heads' tails; the cut at 0.4 does.
+    assert limits.min_prob == 0.4 and limits.tokens == 12
+    outcomes = DraftOutcomes(counts=dict(budget.outcomes))
+    cap_only = max(
+        H100_8B.batch_tokens_per_second(128, 4000.0, outcomes.emitted(k), outcomes.verified(k), 20e-6)
+        for k in range(1, K + 1)
+    )
+    assert limits.tokens_per_s > cap_only
+    # Tails that are accepted are worth verifying: no cut.
+    accepted = _tails(tail_accepted=True).best_limits(128)
+    assert (accepted.tokens, accepted.min_prob) == (K, 0.0)
+
+
+def test_the_limits_are_the_speed_models_fastest_pair() -> None:
+    budget = _tails(tail_accepted=False)
+    for batch in (1, 8, 64, 128):
+        best = budget.best_limits(batch)
+        for cut, counts in budget.outcomes_by_cut.items():
+            outcomes = DraftOutcomes(counts=dict(counts))
+            for k in range(K + 1):
+                speed = H100_8B.batch_tokens_per_second(
+                    batch,
+                    4000.0,
+                    outcomes.emitted(k) if k else 1.0,
+                    outcomes.verified(k) if k else 1.0,
+                    budget.drafter_s[k > 0],
+                )
+                assert best.tokens_per_s >= speed, (batch, cut, k)
+
+
+def test_the_driver_cuts_the_steps_drafts_and_they_do_not_teach() -> None:
+    budget = _tails(tail_accepted=False, drafts=300)  # past the warm-up
+    index = DraftIndex(IndexConfig(global_max_tokens=0))
+    driver = RequestDriver(index, budget)
+    prompt, output = list(range(1, 30)), list(range(100, 140))
+    driver.admit("a", RequestSpec("s", None))
+    driver.begin("a", prompt + output)
+    driver.release("a")
+    driver.admit("b", RequestSpec("s", None))
+    driver.begin("b", [999, *prompt])
+    driver.advance("b", output[:1])
+    before = {cut: dict(counts) for cut, counts in budget.outcomes_by_cut.items()}
+    cap = driver.budget_for(128, K)
+    assert (cap, driver.min_prob) == (12, 0.4) and driver.counters["draft_min_prob"] == 0.4
+    draft = driver.draft("b", cap)
+    assert draft is not None and draft.token_ids and all(p >= 0.4 for p in draft.probs)
+    driver.verified("b", len(draft.token_ids))
+    assert {cut: dict(counts) for cut, counts in budget.outcomes_by_cut.items()} == before
+    # A step with no budget cut: the full draft teaches again.
+    driver.min_prob = 0.0
+    driver.advance("b", output[1 : 2 + len(draft.token_ids)])
+    full = driver.draft("b", K)
+    assert full is not None
+    driver.verified("b", 0)
+    assert sum(budget.outcomes.values()) == sum(before[0.0].values()) + 1

@@ -6,6 +6,7 @@ In-process, as test_publish.py: a stand-in for vLLM's config and input batch.
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,6 +15,7 @@ from engine_helpers import vllm_config_stand_in
 
 from agentspec.budget import BatchBudget
 from agentspec.engine.config import EngineSettings
+from agentspec.engine.step_log import read_step_log
 from agentspec.model_budget import ModelBudget
 
 proposer_mod = pytest.importorskip("agentspec.engine.proposer", reason="needs vLLM")
@@ -62,3 +64,27 @@ def test_each_step_reports_context_and_drafter_time() -> None:
 def test_a_bad_speed_model_is_refused_by_the_settings() -> None:
     with pytest.raises(ValueError, match="GPU:MODEL"):
         EngineSettings(speed_model="tpu:8b")
+
+
+def test_the_speed_models_probability_cut_stops_the_steps_drafts_and_is_logged(tmp_path: Path) -> None:
+    logs = tmp_path / "steps"
+    settings = EngineSettings(speed_model="h100:8b", state_dir=str(tmp_path / "state"), step_log_dir=str(logs))
+    proposer = _proposer(settings)
+    proposer.bind(publish=True)
+    budget = proposer.driver.budget
+    # Past the warm-up: drafts whose tail below path probability 0.4 was never accepted.
+    for i in range(400):
+        head = 6 if i % 2 else 1
+        budget.observe_draft(K, K, head, [0.9] * head + [0.35] * (K - head))
+    params = SimpleNamespace(extra_args={"session_id": "s"}, max_tokens=64, eos_token_id=None, stop_token_ids=None)
+    # After [1, 2, 3, 4, 5] the prompt went on with 6 once and 9 once: the draft that
+    # continues it runs at path probability 1/3, under the cut.
+    prompt = [1, 2, 3, 4, 5, 6, 60, 61, 1, 2, 3, 4, 5, 9, 90, 91, 1, 2, 3, 4]
+    proposer.on_request_added("a", params)
+    drafts = proposer.propose(K, _batch([("a", prompt, [5])]), [[5]])
+    assert proposer.driver.min_prob == 0.4 and proposer.driver.counters["draft_min_prob"] == 0.4
+    assert drafts == [[]]  # its tokens were all under the cut
+    (path,) = logs.glob("steps-*.jsonl")
+    steps = [e for e in read_step_log(path) if e["e"] == "step"]
+    # The cap: 6, the longest head (under the cut no draft is longer, and ties go short).
+    assert steps == [{"e": "step", "batch": 1, "rows": [["a", 1, 6, 0]], "min_prob": 0.4}]

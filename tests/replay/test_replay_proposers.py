@@ -35,9 +35,9 @@ class FakeIndex:
     def extend_call(self, call_id, tokens):
         self.log.append(("extend", list(tokens)))
 
-    def propose(self, call_id, max_tokens=None):
+    def propose(self, call_id, max_tokens=None, min_prob=0.0):
         self.log.append(("propose",))
-        return SimpleNamespace(token_ids=[11, 12, 99])
+        return SimpleNamespace(token_ids=[11, 12, 99], probs=[0.9, 0.5, 0.2])
 
     def record_verification(self, call_id, drafted, accepted):
         self.log.append(("verify", drafted, accepted))

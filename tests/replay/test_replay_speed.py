@@ -12,6 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from agentspec.budget import BatchBudget
+from agentspec.model_budget import CUT_PROBS, fastest_limits
 from agentspec.replay.cli import bench
 from agentspec.replay.config import ReplayConfig
 from agentspec.replay.run import ReplayResult, run_replay
@@ -37,6 +38,47 @@ def test_the_replay_records_every_proposal_by_outcome(result: ReplayResult) -> N
         assert sum(d * n for d, _, n in rows) == record.drafted_tokens
         assert sum(a * n for _, a, n in rows) == record.accepted_tokens
         assert record.context_tokens_per_step > 0
+
+
+def test_agentspec_records_what_each_probability_cut_would_keep(result: ReplayResult) -> None:
+    for record in result.records:
+        if record.proposer != "agentspec":
+            assert record.draft_outcomes_by_cut == {}  # no path probabilities to cut on
+            continue
+        by_cut = {float(cut): DraftOutcomes.of(rows) for cut, rows in record.draft_outcomes_by_cut.items()}
+        assert sorted(by_cut) == list(CUT_PROBS)
+        assert sorted(record.draft_outcomes_by_cut["0.0"]) == sorted(record.draft_outcomes)
+        previous = None
+        for cut in CUT_PROBS:  # every cut sees every proposal; a higher cut keeps less
+            outcomes = by_cut[cut]
+            assert outcomes.proposals == record.steps - record.calls
+            if previous is not None:
+                assert outcomes.verified() <= previous.verified() and outcomes.emitted() <= previous.emitted()
+            previous = outcomes
+        assert by_cut[0.8].verified() < by_cut[0.0].verified()  # some drafts have an unlikely tail
+
+
+def test_the_model_budget_row_is_the_servers_choice_of_cap_and_cut(result: ReplayResult) -> None:
+    model = parse_speed_model("h100:70b")
+    table = speed_table(result, model)
+    best = table.row("agentspec (model budget)")
+    record = result.record("agentspec")
+    outcomes = DraftOutcomes.of(record.draft_outcomes)
+    by_cut = {float(cut): DraftOutcomes.of(rows) for cut, rows in record.draft_outcomes_by_cut.items()}
+    drafter_s = {d: (record.index_us_per_call * record.calls / record.steps + d * record.propose_us_per_step) / 1e6
+                 for d in (True, False)}
+    for c in CONCURRENCIES:
+        batch = model.batch_for(c, record.context_tokens_per_step)
+        limits = fastest_limits(model, batch, record.context_tokens_per_step, by_cut, drafter_s, outcomes.longest)
+        assert (best.caps[c], best.min_probs.get(c, 0.0)) == (limits.tokens, limits.min_prob)
+        assert best.tokens_per_s[c] == pytest.approx(limits.tokens_per_s)
+        cap_only = max(
+            model.tokens_per_second(
+                c, record.context_tokens_per_step, outcomes.emitted(k), outcomes.verified(k), drafter_s[True]
+            )
+            for k in range(1, outcomes.longest + 1)
+        )
+        assert best.tokens_per_s[c] >= cap_only * (1 - 1e-12)
 
 
 @pytest.mark.parametrize("spec", ["h100:8b", "h200:70b"])

@@ -82,3 +82,39 @@ def test_a_damaged_line_inside_the_log_is_an_error_naming_it(tmp_path: Path) -> 
     path.write_text("\n".join([json.dumps({"e": "start", "k": 8}), "garbage", json.dumps({"e": "end", "req": []})]))
     with pytest.raises(ValueError, match=r"steps.jsonl:2: not a step log event"):
         read_step_log(path)
+
+
+def test_a_steps_probability_cut_is_replayed_as_logged() -> None:
+    # The prompt holds [1, 2, 3, 4, 5] twice, followed by 6 once and by 9 once: after the
+    # prefill's token (5) the call's draft runs at path probability 1/3 (6, 9, or nothing yet).
+    prompt = [1, 2, 3, 4, 5, 6, 60, 61, 1, 2, 3, 4, 5, 9, 90, 91, 1, 2, 3, 4]
+    output = [5, 6, 60, 61]
+
+    def log(step: dict) -> list[dict]:
+        return [
+            {"e": "start", "k": 8, "max_model_len": 4096},
+            {"e": "add", "req": "r1", "session": "s1", "group": None, "max_tokens": 4, "stops": []},
+            step,
+        ]
+
+    calls = {"r1": LoggedCall(prompt, output)}
+    uncut = replay_steps(log({"e": "step", "batch": 1, "rows": [["r1", 1, 8, 8]]}), calls, DraftIndex())
+    assert uncut.mismatches == []
+    # A model budget cut that step's drafts at 0.4: the server drafted nothing, and so does
+    # the replay, because it applies the logged cut.
+    cut = {"e": "step", "batch": 64, "rows": [["r1", 1, 8, 0]], "min_prob": 0.4}
+    assert replay_steps(log(cut), calls, DraftIndex()).mismatches == []
+    cut.pop("min_prob")
+    assert [m.what for m in replay_steps(log(cut), calls, DraftIndex()).mismatches] == ["drafted"]
+
+
+def test_the_log_keeps_a_steps_probability_cut(tmp_path: Path) -> None:
+    path = tmp_path / "steps.jsonl"
+    log = StepLog(path)
+    log.step(64, [("r1", 1, 8, 2)], min_prob=0.4)
+    log.step(1, [("r1", 1, 8, 5)])
+    log.close()
+    assert read_step_log(path) == [
+        {"e": "step", "batch": 64, "rows": [["r1", 1, 8, 2]], "min_prob": 0.4},
+        {"e": "step", "batch": 1, "rows": [["r1", 1, 8, 5]]},
+    ]
