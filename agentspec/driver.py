@@ -280,7 +280,8 @@ class RequestDriver:
         # A draft under the step's probability cut teaches the budget nothing (as a capped
         # one teaches nothing): it cannot tell what the cut took off.
         req.teaches = self.budget is not None and self.min_prob == 0.0
-        if self.budget is not None and req.teaches:
+        if req.teaches:
+            assert self.budget is not None
             req.last_cap = self.budget.max_tokens if max_tokens is None else max_tokens
             req.last_probs = draft.probs
             if not req.last_draft_len:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 from agentspec.speed import MODELS, GpuSpec, ModelShape, SpeedModel
 
-__all__ = ["ShapeDims", "StepTime", "StepTimes", "fit_speed_model", "relative_errors"]
+__all__ = ["ShapeDims", "StepTime", "StepTimes", "fit_speed_model", "relative_errors", "step_parts"]
 
 
 class StepTime(BaseModel):
@@ -113,7 +113,7 @@ def relative_errors(
     )
 
 
-def _parts(
+def step_parts(
     gpu: GpuSpec, rows: Sequence[StepTime], shapes: Mapping[str, ModelShape]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Seconds each row's weights, KV cache and compute take at efficiency 1, and its layers."""
@@ -138,7 +138,7 @@ def fit_speed_model(
     shape, the weights' time and the layers' overhead are both constant."""
     if not rows:
         raise ValueError("no step times to fit")
-    weights, kv, compute, layers = _parts(gpu, rows, shapes)
+    weights, kv, compute, layers = step_parts(gpu, rows, shapes)
     measured = np.array([row.seconds for row in rows])
     grid = np.arange(step, 1.0 + step / 2, step)
     w = 1.0 / measured**2

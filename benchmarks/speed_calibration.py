@@ -31,6 +31,7 @@ from agentspec.speed_calibration import (
     StepTimes,
     fit_speed_model,
     relative_errors,
+    step_parts,
 )
 
 console = Console()
@@ -49,11 +50,7 @@ def _roofline_max_errors(gpu: GpuSpec, rows: list[StepTime], shapes: dict[str, M
     """Relative errors of ``layers * overhead + max(memory, compute)`` at its best fit
     (grid 0.02)."""
     measured = np.array([r.seconds for r in rows])
-    layers = np.array([shapes[r.model].layers for r in rows], dtype=float)
-    weights = np.array([shapes[r.model].weight_bytes for r in rows]) / gpu.memory_bandwidth
-    kv = np.array([r.batch * r.context * shapes[r.model].kv_bytes_per_token for r in rows]) / gpu.memory_bandwidth
-    compute = np.array([r.batch * r.verified * shapes[r.model].flops_per_token(r.context) for r in rows])
-    compute = compute / gpu.peak_flops
+    weights, kv, compute, layers = step_parts(gpu, rows, shapes)
     grid = np.arange(0.02, 1.01, 0.02)
     w = 1.0 / measured**2
     best = None
