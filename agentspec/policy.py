@@ -81,6 +81,16 @@ class IndexConfig(BaseModel):
             " context again). None keeps them until the budgets evict them."
         ),
     )
+    group_idle_calls: int | None = Field(
+        2048,
+        ge=1,
+        description=(
+            "A group with no call in flight while this many calls started in the index drops"
+            " its calls' outputs where the global corpus holds them too (isolate_groups off,"
+            " global_max_tokens > 0); its seeds and counters stay. None keeps them until the"
+            " budgets evict them."
+        ),
+    )
 
     seed_max_tokens: int = Field(65_536, ge=1, description="Largest single seed.")
     seed_max_total_tokens: int = Field(

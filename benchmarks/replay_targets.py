@@ -13,7 +13,9 @@ and through agentspec, and prints agentspec / vllm-suffix ratios:
 4. index time per call and peak index memory on mini_swe_agent (from run 1).
 
 Each ratio is measured against the baseline in the same run. The targets it checks are
-those the draft index was built to meet; a miss is printed, not hidden.
+those the draft index was first built to meet and the next, closer-to-the-oracle set (AL
+1.25x on one server, 1.45x on 8 replicas, acceptance 0.85 of suffix's, index time 1/20 and
+peak memory at most 2x suffix's); a miss is printed, not hidden.
 """
 
 from __future__ import annotations
@@ -87,20 +89,24 @@ def main(
             f" vs {base.index_us_per_call / 1e3:.2f} ms (vllm-suffix); peak index memory"
             f" {ours.peak_index_mb:.0f} MB vs {base.peak_index_mb:.0f} MB"
         )
+        memory_ratio = ours.peak_index_mb / base.peak_index_mb
     else:
-        index_ratio = float("nan")
+        index_ratio = memory_ratio = float("nan")
+    acc_min = min(_ratio(one, s, "acceptance_rate") for s in sources)
     checks = [
+        # What the draft index was first built to meet.
         ("AL, one server, every source >= 1.00x", min(_ratio(one, s) for s in sources), 1.0),
         ("AL, one server, overall >= 1.10x", _ratio(one, ALL), 1.10),
         ("acceptance rate, one server, overall >= 2/3 of suffix's", acc_ratio, 2 / 3),
-        (
-            "acceptance rate, one server, every source >= 2/3 of suffix's",
-            min(_ratio(one, s, "acceptance_rate") for s in sources),
-            2 / 3,
-        ),
+        ("acceptance rate, one server, every source >= 2/3 of suffix's", acc_min, 2 / 3),
         ("AL, 8 replicas, overall >= 1.20x", _ratio(eight, ALL), 1.20),
         ("AL, 8 replicas exchanging outputs, overall >= 1.20x", _ratio(shared, ALL), 1.20),
         ("AL, mini_swe_agent with window >= 1.00x", _ratio(windowed, ALL), 1.0),
+        # Closer to the oracle: the next set (docs/policy.md says what stands in the way).
+        ("AL, one server, overall >= 1.25x", _ratio(one, ALL), 1.25),
+        ("AL, one server, every source >= 1.05x", min(_ratio(one, s) for s in sources), 1.05),
+        ("acceptance rate, one server, overall >= 0.85 of suffix's", acc_ratio, 0.85),
+        ("AL, 8 replicas exchanging outputs, overall >= 1.45x", _ratio(shared, ALL), 1.45),
     ]
     table = Table(title="targets (agentspec / vllm-suffix, same run)")
     for col in ("target", "measured", "met"):
@@ -108,6 +114,7 @@ def main(
     for name, value, bound in checks:
         table.add_row(name, f"{value:.3f}", "yes" if value >= bound else "NO")
     table.add_row("index time per call, mini_swe_agent <= 1/20", f"1/{1 / index_ratio:.1f}", "yes" if index_ratio <= 0.05 else "NO")
+    table.add_row("peak index memory, mini_swe_agent <= 2x", f"{memory_ratio:.2f}x", "yes" if memory_ratio <= 2.0 else "NO")
     console.print(table)
     if json_out is not None:
         json_out.write_text(

@@ -21,6 +21,8 @@ The modules, one idea each:
   :class:`CallStart`, :class:`ScopeStats`, :class:`IndexStats`);
 - :mod:`~agentspec.index.streams`: a session's streams: which earlier context a prompt
   continues, and what of it is new (resuming after a condensed history);
+- :mod:`~agentspec.index.choice`: the choice among the levels' drafts (the calibrated
+  score by default; a :class:`~agentspec.index.choice.DraftChooser` can replace it);
 - :mod:`~agentspec.index.scopes`: the scope table: sessions and groups, their budgets and
   least-recently-used eviction;
 - :mod:`~agentspec.index.draft_index`: :class:`DraftIndex`, the facade over them (calls,
@@ -34,13 +36,17 @@ runs proposers on the model runner's thread).
 from __future__ import annotations
 
 from agentspec.errors import DraftIndexError, SeedLimitError, UnknownCallError
+from agentspec.index.choice import Candidate, ChoiceContext, DraftChooser
 from agentspec.index.draft_index import DraftIndex
 from agentspec.index.types import CallStart, Draft, IndexStats, Level, ScopeStats
 from agentspec.wire import SeedKind
 
 __all__ = [
     "CallStart",
+    "Candidate",
+    "ChoiceContext",
     "Draft",
+    "DraftChooser",
     "DraftIndex",
     "DraftIndexError",
     "IndexStats",

@@ -21,6 +21,12 @@ import numpy as np
 from agentspec.calibration import LevelCalibration
 from agentspec.corpus import EMPTY_TREE_DRAFT, Corpus, TreeDraft
 from agentspec.errors import DraftIndexError, SeedLimitError, UnknownCallError
+from agentspec.index.choice import (
+    Candidate,
+    ChoiceContext,
+    DraftChooser,
+    by_calibrated_score,
+)
 from agentspec.index.scopes import Scope, ScopeKey, ScopeKind, ScopeTable
 from agentspec.index.streams import Stream
 from agentspec.index.types import (
@@ -51,6 +57,7 @@ class _Call:
     last_probs: list[float] = field(default_factory=list)
     output_start: int = 0  # where the call's output begins in its stream
     policy_version: int | None = None  # the policy it runs under (RL), for statistics
+    last_outcome: tuple[int, int] = (0, 0)  # the last verified draft: (drafted, accepted)
 
 
 @dataclass(slots=True)
@@ -72,8 +79,11 @@ class DraftIndex:
     >>> index.finish_call("c1")
     """
 
-    def __init__(self, config: IndexConfig | None = None) -> None:
+    def __init__(self, config: IndexConfig | None = None, chooser: DraftChooser | None = None) -> None:
+        """``chooser`` picks among the levels' drafts (default: the highest calibrated
+        score, :func:`~agentspec.index.choice.by_calibrated_score`)."""
         self.config = config or IndexConfig()
+        self._chooser = chooser
         self._max_depth = self.config.policy.max_depth
         self._calls: dict[Hashable, _Call] = {}
         self._scopes = ScopeTable(self.config)
@@ -119,7 +129,7 @@ class DraftIndex:
         if group is not None:
             session.stats.group_id = group_key
 
-        self._scopes.call_started(session)
+        self._scopes.call_started(session, group)
         stream, start = self._scopes.attach_stream(session, tokens)
         stream.writer = call_id
         session.stats.indexed_tokens += start.new_tokens
@@ -214,6 +224,7 @@ class DraftIndex:
             raise DraftIndexError(f"need 0 <= accepted <= drafted, got accepted={accepted}, drafted={drafted}")
         if drafted == 0:
             return
+        call.last_outcome = (drafted, accepted)
         for scope in (call.session, call.group):
             if scope is not None:
                 scope.stats.draft_steps += 1
@@ -242,6 +253,7 @@ class DraftIndex:
         self._scopes.call_finished(call.session)
         if call.group is not None:
             call.group.active_calls.pop(call_id, None)
+            self._scopes.call_finished(call.group)
         if call.global_seq is not None:
             self._global_written[call.tenant].discard(call.global_seq)
         if call.session.ephemeral:
@@ -428,18 +440,22 @@ class DraftIndex:
     def _best_draft(self, call: _Call, context: np.ndarray, budget: int) -> tuple[TreeDraft, Level]:
         policy = self.config.policy
         calibration = self._calibration(call.tenant)
-        best: TreeDraft | None = None
-        best_level = Level.NONE
-        best_score = 0.0
-        # Ties go to the more specific level (listed first).
+        candidates = []
         for corpus, level in self._candidate_trees(call):
             d = corpus.speculate(context, budget, policy)
-            if not d.token_ids:
-                continue
-            score = d.score if calibration is None else d.score * calibration.weight(level.value)
-            if best is None or score > best_score:
-                best, best_level, best_score = d, level, score
-        return (best, best_level) if best is not None else (EMPTY_TREE_DRAFT, Level.NONE)
+            if d.token_ids:
+                weight = 1.0 if calibration is None else calibration.weight(level.value)
+                candidates.append(Candidate(d, level, weight))
+        if not candidates:
+            return EMPTY_TREE_DRAFT, Level.NONE
+        if self._chooser is None:
+            chosen = by_calibrated_score(candidates)
+        else:
+            position = len(call.stream.tokens) - call.output_start
+            chosen = self._chooser.choose(candidates, ChoiceContext(position, *call.last_outcome))
+        if chosen < 0:
+            return EMPTY_TREE_DRAFT, Level.NONE
+        return candidates[chosen].draft, candidates[chosen].level
 
     def _feeds_global(self, call: _Call) -> bool:
         if self.config.global_max_tokens == 0:

@@ -13,6 +13,10 @@ comes back after that is indexed again from its next prompt, which for an agent 
 its whole context, so it loses only what that prompt no longer holds. Without this, the
 index keeps every finished trajectory's context until the budgets push it out (several GB
 with the default budgets), while vLLM's suffix method drops a prompt when its request ends.
+Likewise a group idle for ``group_idle_calls`` calls gives up its call text (its calls'
+outputs), but only where the global corpus holds those outputs too (``isolate_groups`` off,
+``global_max_tokens`` above 0): then a finished group's samples are held once, not twice,
+and a group that comes back drafts them from the global level.
 
 A call without a session gets a scope of its own (kind ``call``) that lives exactly as long
 as the call. Such scopes stay out of the LRU: they never count as sessions nor push real
@@ -84,10 +88,18 @@ class ScopeTable:
         self._lru: OrderedDict[ScopeKey, Scope] = OrderedDict()
         self._call_scopes: dict[ScopeKey, Scope] = {}
         self._call_scope_ids = itertools.count()
-        # Calls started so far (the clock of idleness), and the sessions holding call text
-        # with no call in flight, by the clock reading when their last call finished.
+        # Calls started so far (the clock of idleness), and per kind the scopes holding call
+        # text with no call in flight, by the clock reading when their last call finished.
         self._calls_started = 0
-        self._idle_since: OrderedDict[ScopeKey, int] = OrderedDict()
+        self._idle_since: dict[ScopeKind, OrderedDict[ScopeKey, int]] = {
+            ScopeKind.SESSION: OrderedDict(),
+            ScopeKind.GROUP: OrderedDict(),
+        }
+        group_outputs_in_global = config.global_max_tokens > 0 and not config.isolate_groups
+        self._idle_limits = {
+            ScopeKind.SESSION: config.session_idle_calls,
+            ScopeKind.GROUP: config.group_idle_calls if group_outputs_in_global else None,
+        }
         #: Tokens held by the trees of every scope.
         self.held_tokens = 0
         self.evicted_sessions = 0
@@ -116,30 +128,36 @@ class ScopeTable:
         held = self._call_scopes if scope.ephemeral else self._lru
         if held.pop(scope.key, None) is not None:
             self.held_tokens -= scope.tokens
-        self._idle_since.pop(scope.key, None)
+        self._idle_order(scope).pop(scope.key, None)
 
     # ------------------------------------------------------------------ idleness
 
-    def call_started(self, session: Scope) -> None:
-        """A call of ``session`` starts: it is busy, and the idleness clock ticks."""
+    def call_started(self, session: Scope, group: Scope | None = None) -> None:
+        """A call of ``session`` (in ``group``) starts: they are busy, and the idleness clock ticks."""
         self._calls_started += 1
-        self._idle_since.pop(session.key, None)
-        self._compact_idle()
+        for scope in (session, group):
+            if scope is not None:
+                self._idle_order(scope).pop(scope.key, None)
+        for kind, order in self._idle_since.items():
+            self._compact_idle(order, self._idle_limits[kind])
 
-    def call_finished(self, session: Scope) -> None:
-        """A call of ``session`` finished; with none left in flight it starts being idle."""
-        if not session.active_calls and not session.ephemeral and session.key in self._lru:
-            self._idle_since[session.key] = self._calls_started
+    def call_finished(self, scope: Scope) -> None:
+        """A call of ``scope`` (its session or group) finished; with none left in flight the
+        scope starts being idle."""
+        if not scope.active_calls and not scope.ephemeral and scope.key in self._lru:
+            self._idle_order(scope)[scope.key] = self._calls_started
 
-    def _compact_idle(self) -> None:
-        limit = self._config.session_idle_calls
+    def _idle_order(self, scope: Scope) -> OrderedDict[ScopeKey, int]:
+        return self._idle_since.get(scope.key.kind, OrderedDict())
+
+    def _compact_idle(self, order: OrderedDict[ScopeKey, int], limit: int | None) -> None:
         if limit is None:
             return
-        while self._idle_since:
-            key, since = next(iter(self._idle_since.items()))
+        while order:
+            key, since = next(iter(order.items()))
             if self._calls_started - since <= limit:
                 break
-            del self._idle_since[key]
+            del order[key]
             # Still held (an evicted one left this order) and idle (a new call removed it).
             self.evicted_tokens += self.clear_call_text(self._lru[key])
 

@@ -353,6 +353,44 @@ def test_a_session_with_a_call_in_flight_is_never_compacted_and_none_turns_compa
         assert index.session_stats("idle").held_tokens == (50 if idle is None else 0)
 
 
+def test_an_idle_group_drops_outputs_the_global_corpus_holds_and_drafts_them_from_there():
+    sample = list(range(300, 340))
+    index = DraftIndex(IndexConfig(group_idle_calls=2, session_idle_calls=None))
+    index.seed([1, 2, 3, 4, 5, 6, 1, 2], group_id="g")
+    index.start_call("s1", [7, 8], group_id="g")
+    index.extend_call("s1", sample)
+    index.start_call("busy", [9, 9], group_id="h")  # in flight all along: never compacted
+    index.extend_call("busy", sample[:10])
+    index.finish_call("s1")
+    held = index.group_stats("g").held_tokens
+    assert held == len(sample) + 8
+    for i in range(3):
+        index.start_call(f"x{i}", [9000 + i])
+        index.finish_call(f"x{i}")
+    stats = index.group_stats("g")
+    assert stats.held_tokens == 8 and stats.seeded_tokens == 8
+    assert index.group_stats("h").held_tokens == 10
+    # The samples are still drafted, now from the global corpus; the seeds from the group.
+    index.start_call("s2", [7, 8, *sample[:6]], group_id="g")
+    draft = index.propose("s2")
+    assert draft.level is Level.GLOBAL and draft.token_ids[:4] == sample[6:10]
+    index.finish_call("s2")
+    index.start_call("s3", [1, 2], group_id="g")
+    assert index.propose("s3").token_ids[:2] == [3, 4]
+
+
+@pytest.mark.parametrize("config", [IndexConfig(isolate_groups=True), NO_GLOBAL, IndexConfig(group_idle_calls=None)])
+def test_a_group_keeps_its_outputs_where_nothing_else_holds_them_or_compaction_is_off(config):
+    index = DraftIndex(config.model_copy(update={"group_idle_calls": config.group_idle_calls and 1}))
+    index.start_call("s1", [7, 8], group_id="g")
+    index.extend_call("s1", list(range(300, 340)))
+    index.finish_call("s1")
+    for i in range(3):
+        index.start_call(f"x{i}", [9000 + i])
+        index.finish_call(f"x{i}")
+    assert index.group_stats("g").held_tokens == 40
+
+
 def test_session_less_calls_never_push_sessions_out():
     index = DraftIndex(IndexConfig(max_sessions=2))
     index.start_call("a", [1, 2, 3], session_id="a")
