@@ -86,7 +86,7 @@ class IndexConfig(BaseModel):
         ge=1,
         description=(
             "A group with no call in flight while this many calls started in the index drops"
-            " its calls' outputs where the global corpus holds them too (isolate_groups off,"
+            " its calls' outputs where they went into the global corpus too (isolate_groups off,"
             " global_max_tokens > 0); its seeds and counters stay. None keeps them until the"
             " budgets evict them."
         ),

@@ -14,9 +14,10 @@ its whole context, so it loses only what that prompt no longer holds. Without th
 index keeps every finished trajectory's context until the budgets push it out (several GB
 with the default budgets), while vLLM's suffix method drops a prompt when its request ends.
 Likewise a group idle for ``group_idle_calls`` calls gives up its call text (its calls'
-outputs), but only where the global corpus holds those outputs too (``isolate_groups`` off,
-``global_max_tokens`` above 0): then a finished group's samples are held once, not twice,
-and a group that comes back drafts them from the global level.
+outputs), but only where those outputs went into the global corpus as well
+(``isolate_groups`` off, ``global_max_tokens`` above 0): then a finished group's samples are
+held once, not twice, and a group that comes back drafts them from the global level (as
+long as its budget, oldest dropped first, still holds them).
 
 A call without a session gets a scope of its own (kind ``call``) that lives exactly as long
 as the call. Such scopes stay out of the LRU: they never count as sessions nor push real
