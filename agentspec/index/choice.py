@@ -11,7 +11,6 @@ default rule sees plus where the call stands.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from agentspec.corpus import TreeDraft
@@ -20,9 +19,10 @@ from agentspec.index.types import Level
 __all__ = ["Candidate", "ChoiceContext", "DraftChooser", "by_calibrated_score"]
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One level's draft for the step, and that level's calibration weight (1.0: none)."""
+class Candidate(NamedTuple):
+    """One level's draft for the step, and that level's calibration weight (1.0: none).
+
+    A tuple because the index makes one per level at every decoding step."""
 
     draft: TreeDraft
     level: Level
@@ -48,7 +48,7 @@ class DraftChooser(Protocol):
 
 def by_calibrated_score(candidates: Sequence[Candidate]) -> int:
     """The index's default: the highest score times level weight; ties go to the more
-    specific level (listed first)."""
+    specific level (listed first). (The index applies it inline, without making candidates.)"""
     best, best_score = -1, 0.0
     for i, c in enumerate(candidates):
         score = c.draft.score * c.weight

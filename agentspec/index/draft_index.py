@@ -21,12 +21,7 @@ import numpy as np
 from agentspec.calibration import LevelCalibration
 from agentspec.corpus import EMPTY_TREE_DRAFT, Corpus, TreeDraft
 from agentspec.errors import DraftIndexError, SeedLimitError, UnknownCallError
-from agentspec.index.choice import (
-    Candidate,
-    ChoiceContext,
-    DraftChooser,
-    by_calibrated_score,
-)
+from agentspec.index.choice import Candidate, ChoiceContext, DraftChooser
 from agentspec.index.scopes import Scope, ScopeKey, ScopeKind, ScopeTable
 from agentspec.index.streams import Stream
 from agentspec.index.types import (
@@ -438,6 +433,25 @@ class DraftIndex:
         return candidates
 
     def _best_draft(self, call: _Call, context: np.ndarray, budget: int) -> tuple[TreeDraft, Level]:
+        if self._chooser is not None:
+            return self._chosen_draft(call, context, budget)
+        policy = self.config.policy
+        calibration = self._calibration(call.tenant)
+        # by_calibrated_score, inline: this runs for every request at every decoding step, and
+        # a Candidate per level showed in the proposer's time per step.
+        best, best_level, best_score = EMPTY_TREE_DRAFT, Level.NONE, 0.0
+        for corpus, level in self._candidate_trees(call):
+            d = corpus.speculate(context, budget, policy)
+            if not d.token_ids:
+                continue
+            score = d.score if calibration is None else d.score * calibration.weight(level.value)
+            if best_level is Level.NONE or score > best_score:
+                best, best_level, best_score = d, level, score
+        return best, best_level
+
+    def _chosen_draft(self, call: _Call, context: np.ndarray, budget: int) -> tuple[TreeDraft, Level]:
+        """The draft the configured chooser picks among every level's."""
+        assert self._chooser is not None
         policy = self.config.policy
         calibration = self._calibration(call.tenant)
         candidates = []
@@ -446,13 +460,8 @@ class DraftIndex:
             if d.token_ids:
                 weight = 1.0 if calibration is None else calibration.weight(level.value)
                 candidates.append(Candidate(d, level, weight))
-        if not candidates:
-            return EMPTY_TREE_DRAFT, Level.NONE
-        if self._chooser is None:
-            chosen = by_calibrated_score(candidates)
-        else:
-            position = len(call.stream.tokens) - call.output_start
-            chosen = self._chooser.choose(candidates, ChoiceContext(position, *call.last_outcome))
+        position = len(call.stream.tokens) - call.output_start
+        chosen = self._chooser.choose(candidates, ChoiceContext(position, *call.last_outcome)) if candidates else -1
         if chosen < 0:
             return EMPTY_TREE_DRAFT, Level.NONE
         return candidates[chosen].draft, candidates[chosen].level
