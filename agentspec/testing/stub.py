@@ -111,7 +111,12 @@ class StubServer:
         import uvicorn
 
         if self.running:
-            return self
+            if not self._server.should_exit:
+                return self
+            # A stop is under way (in another thread): let it finish, then start afresh.
+            self._thread.join(timeout=15)
+            if self._thread.is_alive():
+                raise RuntimeError(f"stub server {self.name} did not stop")
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         # Restarting on the port of a stopped server must not wait out TIME_WAIT.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -228,12 +228,16 @@ def test_no_turn_is_lost_when_a_backend_dies(config, stubs, stub_at) -> None:
                 s.chat(ASK)
             elif timing == "during a call":
                 home.hang = True  # the request is in flight when the process dies
-                threading.Timer(0.2, home.stop).start()
+                killer = threading.Timer(0.2, home.stop)
+                killer.start()
                 s.chat(ASK)
+                killer.join()  # the next round restarts it
             else:
                 home.hang_stream_after = 2  # output delivered, then the process dies
-                threading.Timer(0.2, home.stop).start()
+                killer = threading.Timer(0.2, home.stop)
+                killer.start()
                 assert _text(list(s.stream_chat(ASK))) == REPLY
+                killer.join()  # the next round restarts it
             lost[timing] = attempted - len(s.turns)
             assert s.turns[-1].backend == other
     print("\nFIGURE turns lost per kill timing:", lost)
