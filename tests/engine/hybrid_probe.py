@@ -3,10 +3,13 @@ model's forward passes by wrapping the model itself, not through agentspec's cou
 
     python hybrid_probe.py TARGET DRAFTER REQUEST.json RESULT.json
 
-REQUEST.json: ``{"prompts": [[token ids], ...], "max_tokens": N, "num_tokens": K,
-"method": "draft_model" | "eagle"}``.
-RESULT.json gets the greedy outputs (token ids), the forward passes of the draft model,
-the proposer's calls, and the proposer's own counters, for
+REQUEST.json: ``{"prompts": [[token ids], ...], "max_tokens": N or [N per prompt],
+"num_tokens": K, "method": "draft_model" | "eagle" | "eagle3", "speculative_config": {more
+keys, optional}}``.
+RESULT.json gets the proposer's and the draft model's classes, the greedy outputs (token
+ids), the forward passes of the draft model, the proposer's calls (and per call: the draft
+length vLLM allowed, the forward passes, the longest draft returned), and the proposer's
+own counters, for
 ``tests/engine/test_hybrid_forward.py``. A separate process because the engine runs in it
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), with agentspec's plugin on.
 """
@@ -43,11 +46,15 @@ def main(target: str, drafter: str, request_path: str, result_path: str) -> None
         max_model_len=2048,
         max_num_seqs=32,
         async_scheduling=False,
-        speculative_config=hybrid_speculative_config(drafter_settings),
+        speculative_config={
+            **hybrid_speculative_config(drafter_settings),
+            **request.get("speculative_config", {}),
+        },
     )
     runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
     proposer = runner.drafter
     counts = {"forward": 0, "propose": 0}
+    calls: list[list[int]] = []  # per propose call: [allowed length, forwards, longest draft]
 
     model = proposer.model
     forward = model.forward
@@ -61,18 +68,28 @@ def main(target: str, drafter: str, request_path: str, result_path: str) -> None
 
     def counted_propose(*args, **kwargs):  # type: ignore[no-untyped-def]
         counts["propose"] += 1
-        return propose(*args, **kwargs)
+        forwards = counts["forward"]
+        drafts = propose(*args, **kwargs)
+        allowed = kwargs.get("num_speculative_tokens", args[0] if args else -1)
+        longest = max((len(d) for d in drafts), default=0)
+        calls.append([int(allowed), counts["forward"] - forwards, longest])
+        return drafts
 
     proposer.propose = counted_propose
-    params = SamplingParams(temperature=0.0, max_tokens=request["max_tokens"])
+    max_tokens = request["max_tokens"]
+    if isinstance(max_tokens, int):
+        max_tokens = [max_tokens] * len(request["prompts"])
+    params = [SamplingParams(temperature=0.0, max_tokens=n) for n in max_tokens]
     outputs = llm.generate(
         [TokensPrompt(prompt_token_ids=p) for p in request["prompts"]], params
     )
     result = {
         "proposer": type(proposer).__name__,
+        "drafter_model": type(model).__name__,
         "outputs": [list(o.outputs[0].token_ids) for o in outputs],
         "forward": counts["forward"],
         "propose": counts["propose"],
+        "calls": calls,
         "engine": dict(proposer.driver.counters),
     }
     with open(result_path, "w") as f:

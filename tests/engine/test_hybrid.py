@@ -123,6 +123,29 @@ def test_one_session_takes_both_paths_and_skips_the_drafter(
     assert stats["draft_steps"] > 0 and stats["accepted_tokens"] > 0
 
 
+def test_paths_switch_inside_one_request(agentspec_hybrid_server, plain_server) -> None:
+    """One call, alone in its session: the index drafts where its output repeats the
+    prompt, the model where it does not, and the output is plain vLLM's."""
+    first = PROMPTS[3]
+    # The model's own continuation of ``first`` (from the reference server, so the
+    # hybrid's session sees this one call only), then ``first`` again: the call's output
+    # tends to repeat that continuation, and to leave it.
+    earlier = completion_ok(plain_server.url, first, max_tokens=64)["choices"][0]["text"]
+    prompt = first + earlier + "\n# again\n" + first
+    base = agentspec_hybrid_server.url
+    ours = completion_ok(base, prompt, max_tokens=96, headers={"X-Session-Id": "hy-one-call"})
+    ref = completion_ok(plain_server.url, prompt, max_tokens=96)
+    assert ours["choices"][0]["token_ids"] == ref["choices"][0]["token_ids"]
+    idle_stats(base)
+    stats = session_stats(base, "hy-one-call")
+    assert stats is not None and stats["calls"] == 1, stats
+    # Both drafters drafted steps of this one request, and every model draft was
+    # accepted in full (the drafter agrees with the target) around the index's drafts.
+    assert stats["draft_steps"] > 0 and stats["accepted_tokens"] > 0, stats
+    assert stats["model_draft_steps"] > 0, stats
+    assert stats["model_accepted_tokens"] == stats["model_draft_tokens"] > 0, stats
+
+
 def test_concurrent_requests_mix_paths_in_one_batch(
     agentspec_hybrid_server, plain_server
 ) -> None:

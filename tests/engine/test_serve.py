@@ -68,6 +68,18 @@ def test_cli_drafter_runs_vllms_draft_model_method_without_async_scheduling(tmp_
     assert settings["drafter"] == {"model": str(tmp_path), "num_tokens": 5}
 
 
+@pytest.mark.parametrize("method", ["eagle", "eagle3"])
+def test_cli_drafter_method_runs_vllms_eagle_methods(method: str) -> None:
+    result = CliRunner().invoke(
+        _app(), ["serve", "m", "--agentspec-drafter", "org/head", "--agentspec-drafter-method", method, "--agentspec-dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    env, *command = shlex.split(result.output)
+    spec = json.loads(command[command.index("--speculative-config") + 1])
+    assert spec["method"] == method and spec["model"] == "org/head"
+    assert json.loads(env.split("=", 1)[1])["drafter"]["method"] == method
+
+
 def test_cli_drafter_takes_keys_of_the_users_speculative_config() -> None:
     own = json.dumps({"draft_sample_method": "probabilistic", "num_speculative_tokens": 16})
     cmd = build_command("m", ["--speculative-config", own], drafter=DrafterSettings(model="org/drafter"))
@@ -157,6 +169,15 @@ def test_cli_exchange_over_redis_names_a_stable_replica() -> None:
         _app(), ["serve", "m", "--agentspec-exchange", url, "--agentspec-replica-id", "gpu7", "--agentspec-dry-run"]
     )
     assert json.loads(shlex.split(named.output)[0].split("=", 1)[1])["replica_id"] == "gpu7"
+    # vLLM's default shutdown kills the engine before it sends its queued outputs.
+    command = shlex.split(result.output)[1:]
+    assert command[command.index("--shutdown-timeout") + 1] == "5"
+    own = CliRunner().invoke(
+        _app(), ["serve", "m", "--agentspec-exchange", url, "--shutdown-timeout", "0", "--agentspec-dry-run"]
+    )
+    assert shlex.split(own.output).count("--shutdown-timeout") == 1 and "--shutdown-timeout 0" in own.output
+    plain = CliRunner().invoke(_app(), ["serve", "m", "--agentspec-dry-run"])
+    assert "--shutdown-timeout" not in plain.output
 
 
 @pytest.mark.parametrize(
@@ -210,6 +231,15 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
          "--agentspec-step-log-dir logs the index's drafts alone: not with --agentspec-drafter"),
         (["m", "--speculative-config", '{"method": "draft_model", "model": "d"}'],
          "--speculative-config has method 'draft_model' (for a model drafter beside the index, use --agentspec-drafter)"),
+        (["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-method", "medusa"],
+         "--agentspec-drafter-method must be one of draft_model, eagle, eagle3, got 'medusa'"),
+        (["m", "--agentspec-drafter", "org/head", "--agentspec-drafter-method", "eagle3", "--speculative-config",
+          '{"method": "eagle"}'],
+         "with --agentspec-drafter the speculative method is eagle3 (--agentspec-drafter-method); --speculative-config has 'eagle'"),
+        (["m", "--agentspec-drafter-method", "eagle"],
+         "--agentspec-drafter-method sets up a model drafter: give --agentspec-drafter MODEL with it"),
+        (["m", "--agentspec-drafter-tokens=3"],
+         "--agentspec-drafter-tokens sets up a model drafter: give --agentspec-drafter MODEL with it"),
     ],
 )
 def test_bad_invocations_get_one_line_and_exit_2(args: list[str], message: str) -> None:
