@@ -47,7 +47,12 @@ from agentspec._extras import missing_message
 from agentspec.budget import BatchBudget, DraftBudget
 from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
 from agentspec.engine.config import EngineSettings, load_settings
-from agentspec.engine.exchange import Exchange, open_exchange
+from agentspec.engine.exchange import (
+    Exchange,
+    close_at_exit,
+    model_fingerprint,
+    open_exchange,
+)
 from agentspec.engine.exchange_config import redacted
 from agentspec.engine.metrics import SnapshotWriter
 from agentspec.engine.step_log import StepLog, step_log_path
@@ -79,8 +84,13 @@ class SessionDrafting:
         self.num_speculative_tokens: int = spec.num_speculative_tokens
         # The labels vLLM's own series carry, for ours (see agentspec.engine.prometheus).
         self.model_name = str(vllm_config.model_config.served_model_name)
-        # Replicas exchange outputs only with replicas of the same model and vocabulary.
-        self.model_fingerprint = f"{self.model_name}:{vllm_config.model_config.get_vocab_size()}"
+        # Replicas exchange outputs only with replicas of the same model and tokenizer. The
+        # tokenizer's digest is taken at start, and only for the exchange.
+        self.model_fingerprint = (
+            model_fingerprint(vllm_config.model_config)
+            if self.settings.exchange_dir or self.settings.exchange_url
+            else f"{self.model_name}:{vllm_config.model_config.get_vocab_size()}"
+        )
         self.engine_index = str(getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0)
         self.max_model_len: int = vllm_config.model_config.max_model_len
         # The draft knobs vLLM's suffix method exposes come from --speculative-config, so
@@ -148,7 +158,20 @@ class SessionDrafting:
                 except ImportError as exc:  # agentspec serve checks this; a plain vLLM start may not
                     logger.error("agentspec: corpus exchange through %s is off: %s", where, missing_message("redis") or exc)
                     return
-                logger.info("agentspec: exchanging outputs through %s as replica %s", where, replica)
+                if self._exchange is not None:
+                    # Sends what is still queued when the engine's process exits (bounded).
+                    close_at_exit(self, self._exchange)
+                logger.info(
+                    "agentspec: exchanging outputs through %s as replica %s (model %s)",
+                    where, replica, self.model_fingerprint,
+                )
+
+    def close_exchange(self, timeout: float = 2.0) -> None:
+        """Send what the exchange still has queued (``timeout`` seconds at most) and close
+        it; the engine drafts on from its own text. For the engine's shutdown; idempotent."""
+        exchange, self._exchange = self._exchange, None
+        if exchange is not None:
+            exchange.close(timeout)
 
     def on_request_added(self, req_id: str, sampling_params: Any) -> None:
         """A request reached the worker: note its session, group and stop conditions

@@ -17,6 +17,7 @@ from agentspec.engine.exchange import (
     PeerOutput,
     TenantExchange,
     tenant_of,
+    tokenizer_digest,
 )
 
 
@@ -187,3 +188,65 @@ def test_tenants_have_files_of_their_own(tmp_path: Path) -> None:
     assert tenant_of("a~k-1.tok") == "k-1" and tenant_of("a.tok") == ""
     with pytest.raises(ValueError, match="tenant ids"):
         CorpusExchange(tmp_path, "c", tenant="../x")
+
+
+def test_files_of_another_model_or_tokenizer_are_skipped_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Same served name and vocabulary size, another tokenizer digest: the ids mean other text.
+    ours, theirs = "m:512:aaaaaaaaaaaaaaaa", "m:512:bbbbbbbbbbbbbbbb"
+    a, other = CorpusExchange(tmp_path, "a", model=ours), CorpusExchange(tmp_path, "o", model=theirs)
+    b = CorpusExchange(tmp_path, "b", model=ours)
+    a.publish(_toks(1, 2))
+    other.publish(_toks(6, 6))
+    with caplog.at_level(logging.WARNING, logger="vllm.agentspec.exchange"):
+        assert _lists(b.poll()) == [[1, 2]]
+    assert "another model or tokenizer" in caplog.text
+    other.publish(_toks(7, 7))
+    assert b.poll() == []
+    assert b.counters() == {"exchange_skipped_foreign_total": 1}  # once per file, not per poll
+    assert _lists(other.poll()) == []  # the other way round too
+
+
+def test_files_of_another_format_version_are_foreign(tmp_path: Path) -> None:
+    a = CorpusExchange(tmp_path, "a")
+    a.publish(_toks(1, 2, 3, 4, 5, 6, 7, 8))
+    with open(a.path, "r+b") as f:  # an agentspec writing format 2 (no model in its header)
+        f.seek(4)
+        f.write(struct.pack("<I", 2))
+    b = CorpusExchange(tmp_path, "b")
+    assert b.poll() == []
+    assert b.counters() == {"exchange_skipped_foreign_total": 1}
+
+
+def test_corrupt_files_are_counted_once_each(tmp_path: Path) -> None:
+    (tmp_path / "notes.tok").write_bytes(b"hello, this is not an exchange file, is it now?")
+    a = CorpusExchange(tmp_path, "a")
+    a.publish(_toks(1))
+    with open(a.path, "ab") as f:
+        f.write(struct.pack("<I", MAX_RECORD_TOKENS + 1) + b"\0" * 64)
+    ex = TenantExchange(tmp_path, "b")
+    assert [x.tokens.tolist() for _, x in ex.poll()] == [[1]]
+    assert ex.poll() == []
+    assert ex.counters() == {"exchange_skipped_corrupt_total": 2}
+
+
+class _Tokenizer:
+    """What the digest reads of a tokenizer."""
+
+    def __init__(self, vocab: dict[str, int], special: list[int]) -> None:
+        self.vocab, self.all_special_ids = vocab, special
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self.vocab)
+
+
+def test_the_tokenizer_digest_tells_vocabularies_apart() -> None:
+    vocab = {"a": 0, "b": 1, "ab": 2, "<eos>": 3}
+    ours = tokenizer_digest(_Tokenizer(vocab, [3]))
+    assert len(ours) == 16
+    assert tokenizer_digest(_Tokenizer(dict(reversed(vocab.items())), [3])) == ours  # the order it loads in
+    assert tokenizer_digest(_Tokenizer({**vocab, "a": 1, "b": 0}, [3])) != ours  # ids that mean other text
+    assert tokenizer_digest(_Tokenizer({**vocab, "<tool>": 4}, [3])) != ours  # an added token
+    assert tokenizer_digest(_Tokenizer(vocab, [])) != ours  # other special ids
+    assert tokenizer_digest(_Tokenizer({"a": 0, "b\t1\ta": 1}, [])) != tokenizer_digest(_Tokenizer({"a\t1\tb": 0, "a": 1}, []))

@@ -6,6 +6,7 @@ test advances; the input batch is a stand-in holding what ``propose`` reads.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -172,3 +173,60 @@ def test_redis_exchange_without_redis_py_runs_alone(
     assert "corpus exchange through redis://127.0.0.1:1/0 is off" in caplog.text and "redis" in caplog.text
     _finish_a_call(proposer)
     assert "exchange_published_total" not in proposer.driver.counters
+
+
+def test_replicas_of_another_tokenizer_do_not_exchange(
+    tmp_path: Path, clock: _Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Same served name and vocabulary size; the tokenizers' digests differ.
+    fingerprints = iter(["m:512:aaaaaaaaaaaaaaaa", "m:512:bbbbbbbbbbbbbbbb"])
+    monkeypatch.setattr(proposer_mod, "model_fingerprint", lambda _config: next(fingerprints))
+    a, b = _proposer(tmp_path, "proposer-dp0"), _proposer(tmp_path, "proposer-dp1")
+    assert a.model_fingerprint != b.model_fingerprint
+    _finish_a_call(a)
+    clock.now = 0.6
+    b.on_step_end(idle=True)
+    assert b.driver.counters.get("exchange_received_total", 0) == 0
+    assert b.snapshot()["engine"]["exchange_skipped_foreign_total"] == 1
+
+
+def test_the_fingerprint_digests_the_tokenizer_as_loaded(tmp_path: Path, tiny_model_dir: Path) -> None:
+    def config(folder: Path) -> SimpleNamespace:
+        return SimpleNamespace(
+            served_model_name="m", get_vocab_size=lambda: 4096, skip_tokenizer_init=False, hf_config=None,
+            tokenizer=str(folder), runner_type="generate", tokenizer_mode="auto", tokenizer_revision=None,
+            trust_remote_code=False,
+        )  # fmt: skip
+
+    def copy(name: str, edit=None) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        for file in ("tokenizer.json", "tokenizer_config.json"):
+            data = json.loads((tiny_model_dir / file).read_text())
+            (folder / file).write_text(json.dumps(edit(file, data) if edit else data, indent=1))
+        return folder
+
+    def other_template(file: str, data: dict) -> dict:
+        return {**data, "chat_template": "{{ messages }}"} if file == "tokenizer_config.json" else data
+
+    def one_more_token(file: str, data: dict) -> dict:
+        if file == "tokenizer.json":
+            extra = {**data["added_tokens"][-1], "id": 4096, "content": "<|extra|>"}
+            data = {**data, "added_tokens": [*data["added_tokens"], extra]}
+        return data
+
+    ours = proposer_mod.model_fingerprint(config(tiny_model_dir))
+    assert ours.startswith("m:4096:") and len(ours.rsplit(":", 1)[1]) == 16
+    # Another copy, written differently and with another chat template: the same ids.
+    assert proposer_mod.model_fingerprint(config(copy("same", other_template))) == ours
+    assert proposer_mod.model_fingerprint(config(copy("other", one_more_token))) != ours
+
+
+def test_closing_the_exchange_stops_it(tmp_path: Path, clock: _Clock) -> None:
+    a = _proposer(tmp_path, "proposer-dp0")
+    exchange = a._exchange
+    a.close_exchange()
+    a.close_exchange()  # again: nothing left to close
+    assert a._exchange is None and exchange is not None
+    _finish_a_call(a)  # drafts on, publishes nothing
+    assert "exchange_published_total" not in a.driver.counters

@@ -3,6 +3,8 @@ tenants, bounds, corrupt and foreign entries, outages and restarts."""
 
 from __future__ import annotations
 
+import logging
+import multiprocessing
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,7 +14,12 @@ import pytest
 
 redis = pytest.importorskip("redis", reason='the Redis exchange needs redis-py: pip install "vllm-agentspec[redis]"')
 
-from agentspec.engine.exchange import PeerOutput, RedisExchange, RedisExchangeConfig
+from agentspec.engine.exchange import (
+    PeerOutput,
+    RedisExchange,
+    RedisExchangeConfig,
+    close_at_exit,
+)
 from agentspec.testing.redis_server import NO_REDIS, RedisServer, redis_server_binary
 
 pytestmark = pytest.mark.skipif(redis_server_binary() is None, reason=NO_REDIS)
@@ -194,3 +201,76 @@ def test_redis_killed_and_restarted_mid_run(server: RedisServer, replicas) -> No
     got = [out.tokens.tolist() for _, out in _collect(b, 2, timeout=20)]
     assert got == [[2], [3]]
     assert b.counters()["exchange_outages_total"] == 1 and _wait(lambda: b.counters()["exchange_connected"] == 1.0)
+
+
+def test_entries_older_than_max_age_are_skipped_counted_and_trimmed(server: RedisServer, replicas) -> None:
+    raw = redis.Redis.from_url(server.url)
+    # Each entry its own stream node, so that approximate trimming ("~") is exact here.
+    raw.config_set("stream-node-max-entries", 1)
+    old_ms = int(time.time() * 1000) - 60_000
+    entry = {"r": "x", "e": "e1", "m": MODEL, "t": "", "g": "", "v": ""}
+    for seq in (1, 2):  # published a minute ago
+        raw.xadd("test", {**entry, "s": seq, "k": _toks(seq).tobytes()}, id=f"{old_ms}-{seq}")
+    raw.xadd("test", {**entry, "s": 3, "k": _toks(3).tobytes()})  # now
+    url = server.url + "?stream=test&max_age_s=5"
+    b = replicas("b", url=url)
+    assert [out.tokens.tolist() for _, out in _collect(b, 1)] == [[3]]
+    assert _wait(lambda: b.counters().get("exchange_skipped_expired_total") == 2)
+    assert b.counters()["exchange_lag_seconds"] < 5
+    # A publishing replica trims what is past the age from the stream.
+    a = replicas("a", url=url)
+    a.publish(_toks(4))
+    assert a.wait_idle(5)
+    assert _wait(lambda: [int(f[b"s"]) for _, f in raw.xrange("test")] == [3, 1])  # x's 3, then a's first
+
+
+def test_close_sends_what_is_queued(server: RedisServer, replicas) -> None:
+    raw = redis.Redis.from_url(server.url)
+    a = replicas("a")
+    raw.execute_command("CLIENT", "PAUSE", 1000, "WRITE")  # Redis takes no entry for a second
+    for i in range(50):
+        assert a.publish(_toks(i + 1))
+    assert a.counters()["exchange_pending"] == 50
+    started = time.monotonic()
+    a.close(timeout=5)
+    assert time.monotonic() - started < 5
+    assert raw.xlen("test") == 50 and a.counters()["exchange_pending"] == 0
+
+
+def test_close_is_bounded_when_redis_is_down(
+    server: RedisServer, replicas, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = replicas("a", block_s=0.2)
+    server.stop()
+    for i in range(3):
+        a.publish(_toks(i + 1))
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="vllm.agentspec.exchange"):
+        a.close(timeout=1)
+    assert time.monotonic() - started < 1 + 0.2 + 1  # the bound, the reader's block, slack
+    assert "3 outputs queued for Redis were not sent" in caplog.text
+
+
+class _Owner:
+    """Stands for the proposer that owns an exchange (weakly referenced)."""
+
+
+def _publish_and_exit(url: str, n: int) -> None:
+    """A forked engine process: publishes ``n`` outputs and leaves at once."""
+    ex = RedisExchange(RedisExchangeConfig.parse(url), "child", MODEL)
+    owner = _Owner()
+    close_at_exit(owner, ex)
+    for i in range(n):
+        ex.publish(_toks(i + 1))
+    _publish_and_exit.owner = owner  # type: ignore[attr-defined]  # alive until the process exits
+
+
+def test_a_process_that_exits_sends_its_queue_first(server: RedisServer) -> None:
+    # vLLM's engine core is a forked multiprocessing child: it leaves without atexit hooks.
+    raw = redis.Redis.from_url(server.url)
+    raw.execute_command("CLIENT", "PAUSE", 1000, "WRITE")  # the child exits with all 20 queued
+    child = multiprocessing.get_context("fork").Process(target=_publish_and_exit, args=(server.url + "?stream=test", 20))
+    child.start()
+    child.join(timeout=30)
+    assert child.exitcode == 0
+    assert raw.xlen("test") == 20

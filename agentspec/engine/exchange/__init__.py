@@ -8,13 +8,15 @@ One interface (:class:`Exchange`), two transports:
   many machines, through a Redis server the operator runs.
 
 Both keep tenants apart (every output carries its tenant, and is indexed into that
-tenant's corpus only), carry the policy version an output was generated under, and never
-raise into the engine.
+tenant's corpus only), carry the policy version an output was generated under and the
+model fingerprint (:mod:`.fingerprint`: only replicas of one model and tokenizer
+exchange), and never raise into the engine.
 """
 
 from __future__ import annotations
 
-from agentspec.engine.exchange.base import Exchange, PeerOutput
+from agentspec.engine.exchange.base import Exchange, PeerOutput, close_at_exit
+from agentspec.engine.exchange.fingerprint import model_fingerprint, tokenizer_digest
 from agentspec.engine.exchange.folder import (
     HEADER_BYTES,
     MAX_RECORD_TOKENS,
@@ -34,8 +36,11 @@ __all__ = [
     "RedisExchange",
     "RedisExchangeConfig",
     "TenantExchange",
+    "close_at_exit",
+    "model_fingerprint",
     "open_exchange",
     "tenant_of",
+    "tokenizer_digest",
 ]
 
 
@@ -44,9 +49,9 @@ def open_exchange(
 ) -> Exchange | None:
     """The transport the settings name (None: neither). ``replica_id`` names this replica
     to the others (the folder uses it as its file name); ``model`` is the model
-    fingerprint (Redis only: the folder is one machine's, its replicas share one model)."""
+    fingerprint: outputs of other fingerprints are skipped as foreign."""
     if exchange_url is not None:
         return RedisExchange(RedisExchangeConfig.parse(exchange_url), replica_id, model)
     if exchange_dir is not None:
-        return TenantExchange(exchange_dir, replica_id)
+        return TenantExchange(exchange_dir, replica_id, model=model)
     return None

@@ -3,9 +3,10 @@ filesystem with append semantics) share their finished outputs through a folder.
 
 Each replica (one drafting worker of one server) appends the outputs of its finished calls
 to its own file ``<folder>/<name>.tok`` and reads the records the other replicas appended
-to theirs, which the proposer puts into its global corpus. A file is a 16-byte header
+to theirs, which the proposer puts into its global corpus. A file is a 32-byte header
 (magic, format version, a random *generation* drawn whenever the writer starts the file
-over) followed by records: a little-endian ``uint32`` length, then that many
+over, and 16 bytes standing for the writer's model fingerprint, see :mod:`.fingerprint`)
+followed by records: a little-endian ``uint32`` length, then that many
 little-endian ``int32`` values: the policy version the output was generated under (-1 for
 none; RL weight updates, so that a replica drops outputs of retired policies), then its
 tokens. Each record is written with one ``os.write`` on an
@@ -23,9 +24,12 @@ Best effort, by design: a file over ``max_file_bytes`` is started over (truncate
 new generation; readers that had not read its end lose those records), a reader more
 than ``max_backlog_bytes`` behind on a file (it started late, or its engine was idle)
 keeps only that file's newest records, and a corrupt file is skipped until its writer
-starts it over. Errors are logged, never raised: exchanging text must not take the
-engine down. Files of stopped replicas stay (their text is still good for the same
-model) and may be deleted at any time.
+starts it over. A file of another model or tokenizer (another fingerprint), or of
+another format version, is skipped as foreign. Skipped files are counted (once per file
+and generation: ``exchange_skipped_corrupt_total``, ``exchange_skipped_foreign_total``).
+Errors are logged, never raised: exchanging text must not take the engine down. Files of
+stopped replicas stay (their text is still good for the same model) and may be deleted
+at any time.
 
 numpy and the standard library only; not thread-safe (the engine's thread owns it).
 """
@@ -43,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from agentspec.engine.exchange.base import TENANT_ID, PeerOutput
+from agentspec.engine.exchange.fingerprint import model_digest
 
 __all__ = ["HEADER_BYTES", "MAX_RECORD_TOKENS", "CorpusExchange", "TenantExchange", "tenant_of"]
 
@@ -51,8 +56,8 @@ logger = logging.getLogger("vllm.agentspec.exchange")
 SUFFIX = ".tok"
 TENANT_SEP = "~"
 MAGIC = b"AGSX"
-VERSION = 2  # 2: each record starts with its policy version
-_HEADER = struct.Struct("<4sI8s")  # magic, version, generation
+VERSION = 3  # 2: each record starts with its policy version; 3: the header carries the model
+_HEADER = struct.Struct("<4sI8s16s")  # magic, version, generation, model digest
 HEADER_BYTES = _HEADER.size
 _LEN = struct.Struct("<I")
 #: A record longer than this is taken for corruption.
@@ -78,7 +83,8 @@ class CorpusExchange:
 
     ``name`` must be unique per process among everything that shares ``folder`` (the
     engine uses host, process id and data-parallel rank). It exchanges the outputs of one
-    ``tenant`` only: it writes and reads that tenant's files.
+    ``tenant`` only: it writes and reads that tenant's files, and only with replicas of
+    the same ``model`` (fingerprint).
     """
 
     def __init__(
@@ -87,6 +93,7 @@ class CorpusExchange:
         name: str,
         *,
         tenant: str = "",
+        model: str = "",
         max_file_bytes: int = 64 << 20,
         max_read_bytes: int = 1 << 20,
         max_backlog_bytes: int = 4 << 20,
@@ -95,6 +102,7 @@ class CorpusExchange:
             raise ValueError(f"tenant ids in exchange file names are [A-Za-z0-9._-]*, got {tenant!r}")
         self.folder = Path(folder)
         self.tenant = tenant
+        self.model_digest = model_digest(model)
         self.name = re.sub(r"[^A-Za-z0-9._-]", "_", name) + (TENANT_SEP + tenant if tenant else "") + SUFFIX
         self.path = self.folder / self.name
         #: Own file size after which it is started over.
@@ -109,6 +117,7 @@ class CorpusExchange:
         self._peers: dict[str, _Peer] = {}
         self._turn = 0  # which peer file a poll reads first, so none starves the others
         self._warned: dict[str, float] = {}
+        self._counts: dict[str, float] = {}
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -145,7 +154,7 @@ class CorpusExchange:
     def _start_file(self) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         try:
-            header = _HEADER.pack(MAGIC, VERSION, os.urandom(8))
+            header = _HEADER.pack(MAGIC, VERSION, os.urandom(8), self.model_digest)
             if os.write(fd, header) != len(header):
                 raise OSError("short write of the file header")
         except BaseException:
@@ -201,10 +210,7 @@ class CorpusExchange:
             peer = self._peers.get(name)
             if peer is None or peer.ino != st.st_ino or peer.generation != header or st.st_size < peer.offset:
                 peer = self._peers[name] = _Peer(st.st_ino, header)
-                magic, version, _ = _HEADER.unpack(header)
-                if magic != MAGIC or version != VERSION:
-                    peer.corrupt = True
-                    self._warn(f"format:{name}", "skipping %s: not an exchange file of version %d", name, VERSION)
+                peer.corrupt = self._refuse(name, header)
             if peer.corrupt or st.st_size == peer.offset:
                 return 0
             buf = os.pread(fd, st.st_size - peer.offset, peer.offset)
@@ -221,10 +227,35 @@ class CorpusExchange:
             peer.offset += used
             if corrupt:
                 peer.corrupt = True
+                self._add("exchange_skipped_corrupt_total")
                 self._warn(f"corrupt:{name}", "skipping the rest of %s: corrupt record at byte %d", name, peer.offset)
             return used
         finally:
             os.close(fd)
+
+    def _refuse(self, name: str, header: bytes) -> bool:
+        """Whether a file whose header is ``header`` is to be skipped (counted and logged)."""
+        magic, version, _, digest = _HEADER.unpack(header)
+        if magic != MAGIC:
+            self._add("exchange_skipped_corrupt_total")
+            self._warn(f"format:{name}", "skipping %s: not an exchange file", name)
+        elif version != VERSION:
+            # Another agentspec's format: its model cannot be told, so it is not taken in.
+            self._add("exchange_skipped_foreign_total")
+            self._warn(f"format:{name}", "skipping %s: exchange format %d, not %d", name, version, VERSION)
+        elif digest != self.model_digest:
+            self._add("exchange_skipped_foreign_total")
+            self._warn(f"format:{name}", "skipping %s: written by a replica of another model or tokenizer", name)
+        else:
+            return False
+        return True
+
+    def counters(self) -> dict[str, float]:
+        """Files skipped, by reason (``exchange_skipped_<reason>_total``)."""
+        return dict(self._counts)
+
+    def _add(self, key: str) -> None:
+        self._counts[key] = self._counts.get(key, 0) + 1
 
     def _skip_backlog(self, name: str, peer: _Peer, buf: bytes) -> bytes:
         """The newest records of ``buf`` that fit in ``max_backlog_bytes`` (at least one):
@@ -259,16 +290,19 @@ class TenantExchange:
     """A replica's exchange for every tenant: one :class:`CorpusExchange` per tenant, made
     when the tenant first publishes here or first appears in a peer's file name."""
 
-    def __init__(self, folder: str | os.PathLike[str], name: str, **limits: int) -> None:
+    def __init__(self, folder: str | os.PathLike[str], name: str, *, model: str = "", **limits: int) -> None:
         self.folder = Path(folder)
         self.name = name
+        self.model = model
         self._limits = limits
         self._by_tenant: dict[str, CorpusExchange] = {}
 
     def _for(self, tenant: str) -> CorpusExchange:
         exchange = self._by_tenant.get(tenant)
         if exchange is None:
-            exchange = self._by_tenant[tenant] = CorpusExchange(self.folder, self.name, tenant=tenant, **self._limits)
+            exchange = self._by_tenant[tenant] = CorpusExchange(
+                self.folder, self.name, tenant=tenant, model=self.model, **self._limits
+            )
         return exchange
 
     def publish(
@@ -291,10 +325,15 @@ class TenantExchange:
         return out
 
     def counters(self) -> dict[str, float]:
-        """None of its own: a file is read or skipped whole (see the module's notes)."""
-        return {}
+        """The files its tenants' exchanges skipped, by reason (each file is one tenant's)."""
+        out: dict[str, float] = {}
+        for exchange in self._by_tenant.values():
+            for key, n in exchange.counters().items():
+                out[key] = out.get(key, 0) + n
+        return out
 
-    def close(self) -> None:
+    def close(self, timeout: float = 2.0) -> None:
+        """Close its files (every record was written when published: nothing to flush)."""
         for exchange in self._by_tenant.values():
             exchange.close()
 

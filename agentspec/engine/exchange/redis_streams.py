@@ -27,7 +27,11 @@ never wait on each other, so a slow reader does not hold back publishing. Redis 
 start or mid-run: the replica drafts from its own text, logs once per outage, retries with
 backoff, then sends what it queued meanwhile (the newest ``max_pending``) and reads on from
 the last entry it saw (what the stream trimmed in between is lost: bounded catch-up). An
-entry that does not parse, or comes from another model, is skipped and counted.
+entry that does not parse, or comes from another model or tokenizer (another
+fingerprint), is skipped and counted, and so is one older than ``max_age_s``.
+
+:meth:`RedisExchange.close` (engine shutdown) sends what is still queued for a bounded
+time; a process that is killed loses its queue.
 """
 
 from __future__ import annotations
@@ -163,6 +167,7 @@ class RedisExchange:
         self._seen: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._flush_until = float("inf")  # set by close(): the writer gives up sending then
         where = redacted(config.url)
         self._link = _Link(where, lambda: self._locked_add("exchange_outages_total"))
         self._threads = [
@@ -215,11 +220,22 @@ class RedisExchange:
         return out
 
     def close(self, timeout: float = 2.0) -> None:
-        """Stop the threads (after a last try at sending what is queued) and disconnect."""
+        """Send what is queued, for ``timeout`` seconds at most (giving up at once if
+        Redis is down), then stop the threads and disconnect. Idempotent."""
+        if self._stop.is_set():
+            return
+        deadline = time.monotonic() + timeout
+        self._flush_until = deadline
         self._stop.set()
         self._wake.set()
         for thread in self._threads:
-            thread.join(timeout=timeout + self.block_s)
+            # A reader in XREAD returns within block_s; a writer stuck in a send past
+            # the deadline is a daemon thread and does not hold the process.
+            thread.join(timeout=max(0.0, deadline - time.monotonic()) + self.block_s)
+        with self._lock:
+            unsent = len(self._outbound)
+        if unsent:
+            logger.warning("agentspec exchange: %d outputs queued for Redis were not sent before closing", unsent)
         try:
             self._client.close()
         except self._errors:
@@ -241,6 +257,8 @@ class RedisExchange:
         next_trim = 0.0
         while True:
             stopping = self._stop.is_set()
+            if stopping and time.monotonic() >= self._flush_until:
+                return
             with self._lock:
                 batch = [item for _, item in zip(range(self.batch), self._outbound, strict=False)]
             if not batch:
