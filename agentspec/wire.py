@@ -26,6 +26,7 @@ __all__ = [
     "LITELLM_SESSION_HEADER",
     "MAX_SEEDS_PER_REQUEST",
     "MAX_SEED_TOKENS_PER_REQUEST",
+    "POLICY_CONFLICT_STATUS",
     "POLICY_PATH",
     "POLICY_REQUEST_FIELDS",
     "PROMPT_CACHE_KEY_FIELD",
@@ -120,9 +121,11 @@ SEEDS_REQUEST_FIELDS: Final = frozenset(
 )
 #: ``POST``: the policy version now live (RL weight updates): ``{"version": N,
 #: "keep_old_outputs": false}``. Later requests run under it; outputs of older versions stop
-#: drafting at the group and global levels unless ``keep_old_outputs``.
+#: drafting at the group and global levels unless ``keep_old_outputs``. A version older than
+#: the live one is refused with 409 (:data:`POLICY_CONFLICT_STATUS`); the live one again is a 200.
 POLICY_PATH: Final = "/agentspec/v1/policy"
 POLICY_REQUEST_FIELDS: Final = frozenset({"version", "keep_old_outputs", "model"})
+POLICY_CONFLICT_STATUS: Final = 409
 
 _SESSION_PATH: Final = re.compile(r"^/sessions/([^/]*)(/v1/.*)$")
 

@@ -90,8 +90,9 @@ def main(
     data: Annotated[Path, typer.Option(help="Trajectories file (.jsonl[.gz]).")],
     sources: Annotated[str, typer.Option(help="Sources with sibling samples, comma-separated.")] = "codet,tot",
     limit: Annotated[int | None, typer.Option(help="Trajectories (groups) per source.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Token cache (default ~/.cache/agentspec/replay).")] = None,
 ) -> None:
-    cache = TokenCache(data)
+    cache = TokenCache(data, cache_dir)
     names = [s for s in sources.split(",") if s]
     cache.ensure(names)
     table = Table(

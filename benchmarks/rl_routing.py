@@ -52,8 +52,9 @@ def main(
     replicas: Annotated[int, typer.Option(help="Servers in the fleet.", min=2)] = 8,
     exchange: Annotated[bool, typer.Option(help="agentspec's replicas exchange finished outputs.")] = False,
     limit: Annotated[int | None, typer.Option(help="Trajectories per source.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Token cache (default ~/.cache/agentspec/replay).")] = None,
 ) -> None:
-    cache = TokenCache(data)
+    cache = TokenCache(data, cache_dir)
     names = [s for s in sources.split(",") if s]
     cache.ensure(names)
     title = f"AL on {replicas} replicas: groups pinned by the rollout client vs spread{' (exchange on)' if exchange else ''}"

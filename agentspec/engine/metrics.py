@@ -119,6 +119,11 @@ class SnapshotReader:
         }
 
 
+#: Per-worker values that do not add up over workers: the server-wide figure is the largest
+#: (every worker takes the same policy update; the slowest replica's lag is the fleet's).
+_NOT_SUMMED = frozenset({"policy_version", "exchange_lag_seconds"})
+
+
 def _sum_dicts(dicts: Iterable[dict[str, Any]]) -> dict[str, Any]:
     total: dict[str, Any] = {}
     for d in dicts:
@@ -126,5 +131,5 @@ def _sum_dicts(dicts: Iterable[dict[str, Any]]) -> dict[str, Any]:
             if isinstance(value, dict):
                 total[key] = _sum_dicts([total.get(key, {}), value])
             elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                total[key] = total.get(key, 0) + value
+                total[key] = max(total.get(key, value), value) if key in _NOT_SUMMED else total.get(key, 0) + value
     return total

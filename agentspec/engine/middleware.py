@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,10 @@ class SessionIdMiddleware:
         self._refresh_metrics = install_metrics(self.reader) if self.reader is not None else None
         self._auth: Any = _UNSET
         self._tokenizers: Any = None  # an anyio CapacityLimiter, made inside the event loop
+        # RL policy versions: the newest this process passed on, and when it started (the
+        # engine's statistics written before then are an earlier run's).
+        self._policy_version: int | None = None
+        self._started = time.time()
         self._guarded: tuple[str, ...] = ()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -244,6 +249,8 @@ class SessionIdMiddleware:
         The engine applies it when the carrying request arrives: requests admitted later run
         under it; those in flight finish as they started, no longer feeding group or global
         drafting; unless ``keep_old_outputs``, older outputs stop drafting at those levels.
+        A version older than the live one is a 409 naming both (the caller is behind); the
+        live one again is passed on, so a retried announcement is harmless.
         """
         body = await _read_body(receive)
         try:
@@ -251,10 +258,29 @@ class SessionIdMiddleware:
         except (ValueError, RecursionError) as exc:  # WireError, or JSON too deep or malformed
             await _send_error(send, exc if isinstance(exc, WireError) else WireError("the body is not valid JSON"))
             return
+        live = self._live_policy_version()
+        if live is not None and version < live:
+            message = f"policy version {version} is older than the live one ({live}); versions only move forward"
+            status = wire.POLICY_CONFLICT_STATUS
+            await _send_json(send, status, wire.error_body(message, "ConflictError", status, "version"))
+            return
+        # Taken before the request leaves, so that a concurrent older one is refused too.
+        self._policy_version = version if live is None else max(live, version)
         xargs = {wire.XARG_POLICY_VERSION: version, wire.XARG_KEEP_OLD_OUTPUTS: int(keep), wire.XARG_SEED_ONLY: 1}
         # Token 0 exists in every vocabulary; the request is neither indexed nor drafted.
         if await self._control(scope, receive, send, 0, xargs):
             await _send_json(send, 200, {"version": version, "keep_old_outputs": keep})
+
+    def _live_policy_version(self) -> int | None:
+        """The newest policy version this server has taken: what this process passed on, or
+        what the engine published since this process started (another API server process
+        may have passed it on)."""
+        versions = [] if self._policy_version is None else [self._policy_version]
+        for snap in self.reader.snapshots() if self.reader is not None else ():
+            published = snap.get("engine", {}).get("policy_version")
+            if isinstance(published, int) and snap.get("written_at", 0.0) >= self._started:
+                versions.append(published)
+        return max(versions, default=None)
 
     async def _seed_only(
         self,

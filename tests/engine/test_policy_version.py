@@ -63,16 +63,52 @@ def test_keeping_old_outputs_keeps_them_drafting(agentspec_server: Any) -> None:
     assert _accepted(_sibling(base, group)) == copied
 
 
-def test_an_older_version_changes_nothing(agentspec_server: Any) -> None:
+def test_an_older_version_is_refused_naming_both_and_the_live_one_again_is_harmless(agentspec_server: Any) -> None:
     base = agentspec_server.url
     current = int(_version(base) or 0)
     assert _announce(base, current + 1).status_code == 200
-    wait_for(lambda: _version(base), lambda v: v == current + 1)
-    before = server_stats(base)["engine"]["policy_updates_total"]
-    assert _announce(base, current).status_code == 200  # accepted, and ignored by the engine
-    completion_ok(base, PROMPT, max_tokens=2)  # a request after it, so the engine has seen it
-    engine = wait_for(lambda: server_stats(base)["engine"], lambda e: e["calls_finished_total"] > 0)
+    engine = wait_for(lambda: server_stats(base)["engine"], lambda e: e.get("policy_version") == current + 1)
+    before, finished = engine["policy_updates_total"], engine.get("calls_finished_total", 0)
+    r = _announce(base, current)
+    assert r.status_code == 409, r.text
+    assert r.json()["error"]["param"] == "version" and r.json()["error"]["code"] == 409
+    assert f"policy version {current} is older than the live one ({current + 1})" in r.json()["error"]["message"]
+    # The live version again (a retried announcement) is accepted and changes nothing.
+    r = _announce(base, current + 1)
+    assert r.status_code == 200 and r.json() == {"version": current + 1, "keep_old_outputs": False}
+    completion_ok(base, PROMPT, max_tokens=2)  # a request after both, so the published figures include them
+    engine = wait_for(lambda: server_stats(base)["engine"], lambda e: e.get("calls_finished_total", 0) > finished)
     assert engine["policy_version"] == current + 1 and engine["policy_updates_total"] == before
+
+
+def test_a_request_in_flight_finishes_under_the_version_it_started_with(agentspec_server: Any) -> None:
+    base, group, sid = agentspec_server.url, f"pol-f-{uuid.uuid4().hex[:6]}", f"pol-{uuid.uuid4().hex[:8]}"
+    old = int(_version(base) or 0) + 1
+    assert _announce(base, old).status_code == 200
+    wait_for(lambda: _version(base), lambda v: v == old)
+    _sibling(base, group)  # a finished sibling, so that the request in flight drafts
+    payload = {
+        "model": MODEL,
+        "prompt": PROMPT,
+        "max_tokens": 300,
+        "temperature": 0,
+        "ignore_eos": True,  # long enough to be still generating when the update is answered
+        "stream": True,
+        "vllm_xargs": {"session_id": sid, "group_id": group},
+    }
+    with httpx.stream("POST", base + "/v1/completions", json=payload, timeout=120) as r:
+        chunks = (line for line in r.iter_lines() if line.startswith("data: "))
+        next(chunks)  # it is generating
+        assert _announce(base, old + 1).status_code == 200
+        after_update = list(chunks)
+    assert after_update[-1] == "data: [DONE]" and len(after_update) > 1, "the request ended before the update"
+    stats = wait_session(base, sid, calls=1)
+    assert stats["policy_version"] == old
+    assert set(stats["draft_tokens_by_policy_version"]) == {str(old)}  # all its drafts: under the old version
+    assert set(stats["accepted_tokens_by_policy_version"]) <= {str(old)}
+    # The session's next call runs under the new one.
+    completion_ok(base, PROMPT, max_tokens=4, vllm_xargs={"session_id": sid, "group_id": group})
+    assert wait_session(base, sid, calls=2)["policy_version"] == old + 1
 
 
 @pytest.mark.parametrize(

@@ -126,3 +126,14 @@ def test_a_process_registers_one_collector(reader: SnapshotReader) -> None:
     install(reader, registry)  # a second app in the same process
     assert generate_latest(registry).decode().count("# TYPE agentspec_drafts_total counter") == 1
     assert isinstance(next(iter(registry._collector_to_names)), SnapshotCollector)
+
+
+def test_the_server_summary_adds_counters_but_not_the_policy_version(reader: SnapshotReader) -> None:
+    """``GET /agentspec/v1/stats`` over two data-parallel workers: counts add up, while the
+    policy version (the same update on every worker) stays the version."""
+    summary = reader.summary()
+    assert summary["workers"] == 2
+    assert summary["engine"]["calls_started_total"] == 5 + 2
+    assert summary["engine"]["batch_size"] == 3 + 3
+    assert summary["engine"]["policy_version"] == 7
+    assert summary["index"]["drafts_by_level"] == {"session": 7, "global": 2}

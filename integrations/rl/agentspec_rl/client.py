@@ -50,6 +50,26 @@ def _check_version(current: int | None, version: int) -> None:
         raise ValueError(f"policy version {version} is older than the live one ({current})")
 
 
+def _check_policy_answers(version: int, answers: Sequence[tuple[str, httpx.Response]]) -> None:
+    """Raise for the first engine in ``answers`` (``(backend, response)``) that did not take
+    policy ``version``: ``ValueError`` naming the engine when it already runs a newer one
+    (409: the caller is behind), the HTTP error otherwise."""
+    for backend, response in answers:
+        if response.status_code == wire.POLICY_CONFLICT_STATUS:
+            raise ValueError(f"engine {backend} refused policy version {version}: {_server_message(response)}")
+    for _, response in answers:
+        response.raise_for_status()
+
+
+def _server_message(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text
+
+
+PolicyRequest = tuple[str, str, dict[str, Any], dict[str, str]]  # backend, URL, body, headers
+
 Job = tuple[GroupPlan, int]  # a group and the index of one of its samples
 
 
@@ -68,16 +88,14 @@ class _Base:
     ) -> ClientConfig:
         return config if config is not None else ClientConfig(backends=list(backends or ()), model=model, **settings)
 
-    def _policy_requests(
-        self, config: ClientConfig, version: int, keep_old_outputs: bool
-    ) -> list[tuple[str, dict[str, Any], dict[str, str]]]:
+    def _policy_requests(self, config: ClientConfig, version: int, keep_old_outputs: bool) -> list[PolicyRequest]:
         """Check ``version``; the ``POST /agentspec/v1/policy`` request for every backend."""
         _check_version(self.policy_version, version)
         headers = dict(config.default_headers)
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
         body = {"version": version, "keep_old_outputs": keep_old_outputs}
-        return [(backend + wire.POLICY_PATH, body, headers) for backend in config.backends]
+        return [(backend, backend + wire.POLICY_PATH, body, headers) for backend in config.backends]
 
     @staticmethod
     def _plan(
@@ -133,11 +151,20 @@ class RolloutClient(_Base):
 
         On the servers, requests already in flight finish under the version they started
         with, and what older versions generated stops drafting at the group and global
-        levels, unless ``keep_old_outputs``. Raises ``ValueError`` for a version older than
-        the live one, and the HTTP error when a server does not take it.
+        levels, unless ``keep_old_outputs``. The live version again changes nothing, so a
+        retry is harmless; an engine behind (one restarted at no version) catches up.
+
+        Every engine is told before any failure is raised: ``ValueError`` for a version
+        older than this client's, or than an engine's (naming the engine: it runs a newer
+        policy than the caller knows), and the HTTP error when an engine does not take it.
+        ``policy_version`` moves only when every engine took it.
         """
-        for url, body, headers in self._policy_requests(self._client.config, version, keep_old_outputs):
-            httpx.post(url, json=body, headers=headers, timeout=self._client.config.read_timeout_s).raise_for_status()
+        timeout = self._client.config.read_timeout_s
+        answers = [
+            (backend, httpx.post(url, json=body, headers=headers, timeout=timeout))
+            for backend, url, body, headers in self._policy_requests(self._client.config, version, keep_old_outputs)
+        ]
+        _check_policy_answers(version, answers)
         self.policy_version = version
 
     def generate(
@@ -224,13 +251,16 @@ class AsyncRolloutClient(_Base):
     async def on_weight_update(self, version: int, *, keep_old_outputs: bool = False) -> None:
         """See :meth:`RolloutClient.on_weight_update` (the servers are told concurrently)."""
         requests = self._policy_requests(self._client.config, version, keep_old_outputs)
+        answers: dict[int, tuple[str, httpx.Response]] = {}
 
-        async def post(http: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]) -> None:
-            (await http.post(url, json=body, headers=headers)).raise_for_status()
+        async def post(http: httpx.AsyncClient, k: int) -> None:
+            backend, url, body, headers = requests[k]
+            answers[k] = (backend, await http.post(url, json=body, headers=headers))
 
         async with httpx.AsyncClient(timeout=self._client.config.read_timeout_s) as http, anyio.create_task_group() as tg:
-            for url, body, headers in requests:
-                tg.start_soon(post, http, url, body, headers)
+            for k in range(len(requests)):
+                tg.start_soon(post, http, k)
+        _check_policy_answers(version, [answers[k] for k in sorted(answers)])  # in the backends' order
         self.policy_version = version
 
     async def generate(

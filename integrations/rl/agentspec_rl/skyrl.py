@@ -391,7 +391,9 @@ def with_agentspec(client: Any, **settings: Any) -> Any:
     ``settings`` go to :class:`AgentspecSessions` (``run_id``, ``keep_old_outputs``, ``api_key``,
     ...); its engines are ``client.server_urls`` and its model ``client.model_name``.
     """
-    cls = __getattr__("AgentspecInferenceClient")
+    # The class defined once (module attribute from then on), so that every client made here
+    # is of the class pickle finds by name.
+    cls = globals().get("AgentspecInferenceClient") or __getattr__("AgentspecInferenceClient")
     kept = {f.name: getattr(client, f.name) for f in fields(client) if f.init and not f.name.startswith("_")}
     sessions = AgentspecSessions(list(client.server_urls), client.model_name, **settings)
     return cls(**kept, agentspec=sessions)

@@ -26,13 +26,15 @@ What the adapter does not do: move weights. verl's checkpoint engine updates ver
 rollout replicas; the agentspec engines must be given each new policy by the deployment.
 The managers announce every new ``global_steps`` to the engines as the policy version
 (``POST /agentspec/v1/policy``; ``announce_policy_versions: false`` turns it off), so that
-drafts learned under old weights retire.
+drafts learned under old weights retire; an engine that refuses one (it holds a newer
+version, say from an earlier run) is logged, and training goes on.
 """
 
 from __future__ import annotations
 
 import contextvars
 import dataclasses
+import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -52,6 +54,8 @@ __all__ = [
     "RolloutDefaults",
     "request_fields",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: Where the adapter's settings live in verl's config (``RolloutConfig.custom`` is verl's
 #: free-form extension point): ``actor_rollout_ref.rollout.custom.agentspec``.
@@ -410,6 +414,23 @@ def _worker_class(base: type, name: str) -> type:
     return cls
 
 
+def _announce_quietly(client: AgentspecServerClient, step: int, keep_old_outputs: bool) -> bool:
+    """Announce ``step`` as the policy version; a refusal is logged, not raised, because
+    drafting is an optimisation: training must not stop for it (an engine left at a newer
+    version by an earlier run refuses a resumed run's steps until they pass it)."""
+    try:
+        client.announce(step, keep_old_outputs=keep_old_outputs)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        logger.warning(
+            "agentspec: could not announce policy version %s to the engines (%s); older outputs keep"
+            " drafting until a later step is announced",
+            step,
+            exc,
+        )
+        return False
+    return True
+
+
 def _manager_class(base: type, worker: type, name: str) -> type:
     """``base`` (verl's agent loop manager) with :class:`AgentspecServerClient` as its
     client, ``worker`` as its workers, and each new ``global_steps`` announced."""
@@ -432,7 +453,7 @@ def _manager_class(base: type, worker: type, name: str) -> type:
         raw = meta.get("global_steps") if isinstance(meta, Mapping) else _get(prompts, "global_steps", None)
         step = _step_of(raw)
         if step is not None and (self._agentspec_version is None or step > self._agentspec_version):
-            self.llm_client.announce(step, keep_old_outputs=self._agentspec_keep_old)
+            _announce_quietly(self.llm_client, step, self._agentspec_keep_old)
             self._agentspec_version = step
 
     def generate_sequences(self: Any, prompts: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import anyio
@@ -130,3 +131,50 @@ def test_a_weight_update_reaches_every_engine(engines: list[str]) -> None:
             anyio.run(anyio.sleep, 0.2)
             deadline -= 1
         assert live(engine) == start + 1
+
+
+def _live(engine: str) -> int | None:
+    return httpx.get(engine + wire.SERVER_STATS_PATH, timeout=10).json()["engine"].get("policy_version")
+
+
+def test_an_engine_ahead_of_the_caller_is_named_and_one_behind_catches_up(engines: list[str]) -> None:
+    ahead = engines[0]  # the other engine is behind
+    version = max(int(_live(e) or 0) for e in engines) + 1
+    # One engine already runs a newer policy than the caller is about to announce.
+    assert httpx.post(ahead + wire.POLICY_PATH, json={"version": version + 1}, timeout=60).status_code == 200
+    with RolloutClient(engines, "tiny") as client:
+        message = rf"engine {ahead} refused policy version {version}: policy version {version} is older than the live one \({version + 1}\)"
+        with pytest.raises(ValueError, match=message):
+            client.on_weight_update(version)
+        assert client.policy_version is None  # not every engine took it
+
+    async def announce() -> None:
+        async with AsyncRolloutClient(engines, "tiny") as twin:
+            await twin.on_weight_update(version)
+
+    with pytest.raises(ValueError, match=f"engine {ahead} refused"):  # the async twin alike, not an exception group
+        anyio.run(announce)
+    # The engine behind was told all the same; announcing the newer version brings it level,
+    # and the engine that had it already takes the same version again.
+    with RolloutClient(engines, "tiny") as client:
+        client.on_weight_update(version + 1)
+        assert client.policy_version == version + 1
+    for engine in engines:
+        deadline = 50
+        while _live(engine) != version + 1 and deadline:
+            anyio.run(anyio.sleep, 0.2)
+            deadline -= 1
+        assert _live(engine) == version + 1, engine
+
+
+def test_a_group_given_two_prompts_is_refused_by_name_and_the_client_goes_on(engines: list[str]) -> None:
+    tag = uuid.uuid4().hex[:6]
+    mixed, fine = f"mixed-{tag}", f"fine-{tag}"
+    with RolloutClient(engines, "tiny") as client:
+        with pytest.raises(ValueError, match=f"group '{mixed}' is given two different prompts"):
+            client.generate_many([PROMPT, PROMPT[::-1], PROMPT[:4]], n=2, group_ids=[mixed, mixed, fine])
+        # Refused before anything was sent: no sample of any of its groups reached an engine.
+        for sid in (f"{mixed}/0", f"{fine}/0"):
+            assert all(session_stats(e, sid, wait=False) is None for e in engines)
+        group = client.generate(PROMPT[:4], n=2, sampling=SamplingParams(max_tokens=4), group_id=fine)
+    assert [s.index for s in group.samples] == [0, 1] and all(s.response_token_ids for s in group.samples)

@@ -1,10 +1,11 @@
 """agentspec_rl.verl without verl: the module imports, the sampling parameters map as
 documented, and what cannot be mapped is refused by name. verl's own code drives the
-adapter in tests/verl (its own environment, scripts/test_verl.sh)."""
+adapter in tests/verl_adapter (its own environment, scripts/test_verl.sh)."""
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 
 import pytest
 from agentspec_rl import verl as adapter
@@ -74,6 +75,14 @@ def test_settings_come_from_verls_custom_section() -> None:
     config["actor_rollout_ref"]["rollout"]["custom"]["agentspec"]["backend"] = "typo"  # type: ignore[index]
     with pytest.raises(ValueError, match="unknown setting 'backend'"):
         adapter.AgentspecServerClient.from_verl_config(config)
+
+
+def test_a_refused_announcement_is_logged_and_training_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    # What the managers do with each new global_steps; port 9 (discard) has no engine.
+    client = adapter.AgentspecServerClient(["http://127.0.0.1:9"], "m")
+    with caplog.at_level(logging.WARNING, logger="agentspec_rl.verl"):
+        assert adapter._announce_quietly(client, 12, keep_old_outputs=False) is False
+    assert "could not announce policy version 12" in caplog.text
 
 
 @pytest.mark.skipif(importlib.util.find_spec("verl") is not None, reason="verl is installed here")

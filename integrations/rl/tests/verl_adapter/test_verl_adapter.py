@@ -6,15 +6,21 @@ environment) against two real ``agentspec serve`` engines on the tiny model.
 - verl's agent loop worker (``AgentLoopWorker._run_agent_loop``, its registry and hydra
   instantiation) runs an agent loop whose ``server_manager`` is the adapter: a GRPO group's
   samples land on one engine, each a session of the group, multi-turn calls in one session;
-- what comes back is verl's ``TokenOutput``, with token ids and log-probabilities.
+- what comes back is verl's ``TokenOutput``, with token ids and log-probabilities;
+- the example (examples/rl/verl_agent_loop.py) prints overrides that verl's config takes,
+  and runs its group on one engine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import pickle
+import re
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +35,7 @@ from agentspec.testing.stats import session_stats
 
 PROMPT = [17, 230, 54, 999, 12, 7, 401, 33]
 MANAGER = "agentspec_rl.verl.AgentspecAgentLoopManager"
+EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "rl" / "verl_agent_loop.py"
 
 
 def verl_config(backends: list[str], *extra: str) -> Any:
@@ -195,3 +202,29 @@ def test_a_new_step_is_announced_to_every_engine_as_the_policy_version(engines: 
     while versions() != [step, step] and time.monotonic() < deadline:
         time.sleep(0.2)
     assert versions() == [step, step]
+
+
+def run_example(*args: str) -> str:
+    out = subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def test_the_examples_overrides_are_what_verls_config_takes(engines: list[str]) -> None:
+    printed = run_example("--backends", *engines, "--model", "tiny", "--print-config")
+    overrides = re.findall(r"^\s*(\+actor_rollout_ref\.\S+)", printed, re.MULTILINE)
+    assert len(overrides) == 3 and printed.startswith("python -m verl.trainer.main_ppo")
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=["actor_rollout_ref.rollout.name=vllm", *overrides])
+    rollout = omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
+    assert load_class_from_fqn(rollout.agent.agent_loop_manager_class, "AgentLoopManager") is adapter.AgentspecAgentLoopManager
+    client = adapter.AgentspecServerClient.from_verl_config(config)
+    assert client.config.backends == tuple(engines) and client.config.model == "tiny"
+
+
+def test_the_example_runs_its_group_on_one_engine(engines: list[str]) -> None:
+    printed = run_example("--backends", *engines, "--model", "tiny", "--n", "3", "--max-tokens", "4")
+    samples = re.findall(r"^sample (\d): (\d+) tokens, log-probability (\S+), on (\S+)$", printed, re.MULTILINE)
+    assert [int(i) for i, *_ in samples] == [0, 1, 2], printed
+    assert all(1 <= int(n) <= 4 and float(lp) <= 0 and on in engines for _, n, lp, on in samples)
+    assert len({on for *_, on in samples}) == 1 and printed.rstrip().endswith(": 1 engine(s)")
