@@ -12,15 +12,23 @@ and sets them against an engine's output rate from the speed model (agentspec.sp
 8B model on an H100 at 64 requests in flight, each output ``--tokens`` long. Without
 ``--redis`` it starts a ``redis-server`` of its own (Debian's package) on loopback, so the
 figures are this machine's loopback, not a network's.
+
+It also times what the engine's thread pays to take outputs in: indexing ``--catch-up``
+outputs (one poll's worth, as after a restart or an outage) into a draft index's global
+corpus, per token, against the step budget (``EngineSettings.exchange_step_budget_s``) that
+spreads such a catch-up over steps.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 import numpy as np
 
+from agentspec import DraftIndex
+from agentspec.engine.config import EngineSettings
 from agentspec.engine.exchange import RedisExchange, RedisExchangeConfig
 from agentspec.speed import parse_speed_model
 from agentspec.testing.redis_server import RedisServer
@@ -69,12 +77,26 @@ def run(url: str, outputs: int, tokens: int, peers: int) -> dict[str, float]:
     }
 
 
+def index_cost(outputs: int, tokens: int) -> dict[str, float]:
+    """Seconds to index ``outputs`` peer outputs of ``tokens`` tokens into a fresh index's
+    global corpus (the default configuration), and microseconds per token."""
+    rng = np.random.default_rng(1)
+    # Token ids from a narrow range, so that outputs share substrings as agent text does.
+    texts = [rng.integers(0, 5_000, tokens, dtype=np.int32) for _ in range(outputs)]
+    index = DraftIndex()
+    t0 = time.perf_counter()
+    added = sum(index.add_peer_output(text) for text in texts)
+    elapsed = time.perf_counter() - t0
+    return {"catch_up_s": elapsed, "us_per_token": elapsed / added * 1e6}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--outputs", type=int, default=20_000)
     parser.add_argument("--tokens", type=int, default=400, help="tokens per output")
     parser.add_argument("--peers", type=int, default=7, help="readers besides the publisher")
     parser.add_argument("--redis", help="a Redis URL; default: a redis-server started here")
+    parser.add_argument("--catch-up", type=int, default=2_048, help="outputs indexed at once (one poll's most)")
     args = parser.parse_args()
     server = None if args.redis else RedisServer().start()
     try:
@@ -93,6 +115,16 @@ def main() -> None:
         f" tokens/s = {engine:.1f} outputs/s"
     )
     print(f"  headroom: sent {figures['sent_per_s'] / engine:.0f}x, read {figures['read_per_s'] / engine:.0f}x")
+    cost = index_cost(args.catch_up, args.tokens)
+    budget_s = EngineSettings.model_fields["exchange_step_budget_s"].default
+    per_step = budget_s / (cost["us_per_token"] * 1e-6)
+    print(f"indexing peers' outputs on the engine's thread: {cost['us_per_token']:.2f} us per token")
+    print(f"  {args.catch_up} outputs at once: {cost['catch_up_s'] * 1e3:.0f} ms in one step if not spread")
+    print(
+        f"  step budget {budget_s * 1e3:.0f} ms: about {per_step:.0f} tokens per step"
+        f" ({per_step / args.tokens:.0f} outputs): the catch-up takes"
+        f" {max(1, math.ceil(cost['catch_up_s'] / budget_s))} steps"
+    )
 
 
 if __name__ == "__main__":

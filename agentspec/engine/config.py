@@ -138,6 +138,14 @@ class EngineSettings(BaseModel):
         ),
     )
     exchange_interval_s: float = Field(0.5, gt=0, description="Least time between two polls of the exchange.")
+    exchange_step_budget_s: float = Field(
+        0.01,
+        gt=0,
+        description=(
+            "Most time one engine step spends indexing peers' outputs (at least one is"
+            " indexed); the rest waits for the next steps, so a catch-up never stalls a batch."
+        ),
+    )
 
     drafter: DrafterSettings | None = Field(
         None,

@@ -35,6 +35,7 @@ import logging
 import os
 import socket
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping
 from time import perf_counter
 from typing import Any
@@ -49,6 +50,7 @@ from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
 from agentspec.engine.config import EngineSettings, load_settings
 from agentspec.engine.exchange import (
     Exchange,
+    PeerOutput,
     close_at_exit,
     model_fingerprint,
     open_exchange,
@@ -117,6 +119,8 @@ class SessionDrafting:
         self._exchange: Exchange | None = None
         self._exchange_counters: dict[str, float] = {}  # the transport's, as last polled
         self._next_poll = 0.0
+        # Peers' outputs taken from the transport, not yet indexed (see poll_exchange).
+        self._peer_backlog: deque[tuple[str, PeerOutput]] = deque()
         self._step_log: StepLog | None = None
 
     # ------------------------------------------------------------------ lifecycle (runner)
@@ -242,33 +246,50 @@ class SessionDrafting:
         self.publish(force=idle)
 
     def poll_exchange(self) -> None:
-        """Index the outputs other replicas published, at most every ``exchange_interval_s``."""
+        """Index the outputs other replicas published: taken from the transport at most
+        every ``exchange_interval_s``, indexed for at most ``exchange_step_budget_s`` per step.
+
+        A catch-up (a restart, the end of an outage) can bring thousands of outputs at
+        once; indexing them in one step would stall every request in the batch for about
+        a second, so the backlog is spread over the next steps (at least one output each).
+        """
         if self._exchange is None:
             return
         now = time.monotonic()
-        if now < self._next_poll:
+        polled = not self._peer_backlog and now >= self._next_poll
+        if polled:
+            # The transport's own queue (bounded, oldest dropped) holds what waits meanwhile.
+            self._next_poll = now + self.settings.exchange_interval_s
+            self._peer_backlog.extend(self._exchange.poll())
+        elif not self._peer_backlog:
             return
-        self._next_poll = now + self.settings.exchange_interval_s
-        records = self._exchange.poll()
-        for tenant, output in records:
+        indexed = self._index_peer_outputs(now + self.settings.exchange_step_budget_s) if self._peer_backlog else 0
+        transport = self._exchange.counters()
+        if indexed or transport != self._exchange_counters:
+            self._exchange_counters = transport
+            self._dirty = True
+
+    def _index_peer_outputs(self, deadline: float) -> int:
+        """Index backlogged peer outputs until ``deadline`` (one at least); how many were taken."""
+        backlog, taken, shared = self._peer_backlog, 0, self.settings.share_across_tenants
+        while backlog:
+            tenant, output = backlog.popleft()
+            taken += 1
             if not self.driver.is_draftable_version(output.policy_version):
                 # Generated under a policy this server has retired (the peer may not have
                 # heard of the update yet, or published just before it).
                 self._count("exchange_retired_total")
-                continue
-            try:
-                n = self.index.add_peer_output(
-                    output.tokens, tenant=SHARED_TENANT if self.settings.share_across_tenants else tenant
-                )
-            except DraftIndexError as exc:  # a peer's text is never worth failing the engine
-                logger.warning("agentspec: ignoring a peer output: %s", exc)
-                continue
-            self._count("exchange_received_total")
-            self._count("exchange_received_tokens_total", n)
-        transport = self._exchange.counters()
-        if records or transport != self._exchange_counters:
-            self._exchange_counters = transport
-            self._dirty = True
+            else:
+                try:
+                    n = self.index.add_peer_output(output.tokens, tenant=SHARED_TENANT if shared else tenant)
+                except DraftIndexError as exc:  # a peer's text is never worth failing the engine
+                    logger.warning("agentspec: ignoring a peer output: %s", exc)
+                else:
+                    self._count("exchange_received_total")
+                    self._count("exchange_received_tokens_total", n)
+            if time.monotonic() >= deadline:
+                break
+        return taken
 
     # ------------------------------------------------------------------ drafting, shared
 

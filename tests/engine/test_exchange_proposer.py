@@ -102,6 +102,43 @@ def test_outputs_cross_to_the_other_replica(tmp_path: Path, clock: _Clock) -> No
     assert a.driver.counters.get("exchange_received_total", 0) == 0
 
 
+class _TickingClock(_Clock):
+    """A clock that moves on by ``tick`` each time it is read: indexing takes time."""
+
+    def __init__(self, tick: float) -> None:
+        super().__init__()
+        self.tick = tick
+
+    def monotonic(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+def test_a_catch_up_is_spread_over_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outputs that arrive together are indexed a step budget at a time (one at least per
+    step), not all in one step that would stall the batch."""
+    clock = _TickingClock(tick=0.004)
+    monkeypatch.setattr(proposer_mod, "time", clock)
+    a, b = _proposer(tmp_path, "proposer-dp0"), _proposer(tmp_path, "proposer-dp1")
+    assert b.settings.exchange_step_budget_s == 0.01
+    for k in range(6):
+        a.on_request_added(f"a-{k}", _params(f"sa{k}", max_tokens=len(OUTPUT)))
+        _step(a, f"a-{k}", list(range(1, 20)), [t + 100 * k for t in OUTPUT])
+        a.on_requests_finished([f"a-{k}"])
+    clock.now = 10.0
+    taken = []
+    for _ in range(6):
+        before = b.driver.counters.get("exchange_received_total", 0)
+        b.on_step_end(idle=False)
+        taken.append(b.driver.counters.get("exchange_received_total", 0) - before)
+        if sum(taken) == 6:
+            break
+    # 4 ms per output against a 10 ms budget: 3 per step (the third reaches it), none lost.
+    assert taken == [3, 3], taken
+    assert b.index.stats().global_tokens == 6 * len(OUTPUT)
+    assert b.snapshot()["engine"]["exchange_received_total"] == 6
+
+
 def test_off_unless_alone_in_its_parallel_groups(
     tmp_path: Path, clock: _Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
