@@ -265,11 +265,14 @@ class SessionIdMiddleware:
             await _send_json(send, status, wire.error_body(message, "ConflictError", status, "version"))
             return
         # Taken before the request leaves, so that a concurrent older one is refused too.
-        self._policy_version = version if live is None else max(live, version)
+        before, taken = self._policy_version, version if live is None else max(live, version)
+        self._policy_version = taken
         xargs = {wire.XARG_POLICY_VERSION: version, wire.XARG_KEEP_OLD_OUTPUTS: int(keep), wire.XARG_SEED_ONLY: 1}
         # Token 0 exists in every vocabulary; the request is neither indexed nor drafted.
         if await self._control(scope, receive, send, 0, xargs):
             await _send_json(send, 200, {"version": version, "keep_old_outputs": keep})
+        elif self._policy_version == taken:
+            self._policy_version = before  # the engine did not take it (nor anything newer since)
 
     def _live_policy_version(self) -> int | None:
         """The newest policy version this server has taken: what this process passed on, or
