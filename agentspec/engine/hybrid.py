@@ -82,8 +82,6 @@ class HybridDrafting(SessionDrafting):
         self._step: tuple[Any, list[list[int]]] | None = None
         # Per request: the path and length of the draft sent for verification last step.
         self._sent: dict[str, tuple[DraftPath, int]] = {}
-        # Per request: tokens (prompt and output) the index has been given.
-        self._seen: dict[str, int] = {}
 
     # ------------------------------------------------------------------ plugin hooks
 
@@ -96,7 +94,6 @@ class HybridDrafting(SessionDrafting):
         req_ids = list(req_ids)
         for req_id in req_ids:
             self._sent.pop(req_id, None)
-            self._seen.pop(req_id, None)
         super().on_requests_finished(req_ids)
 
     # ------------------------------------------------------------------ vLLM's proposer interface
@@ -205,18 +202,11 @@ class HybridDrafting(SessionDrafting):
             self.driver.disable(req_id)
             return None
 
-    def _catch_up(self, input_batch: Any, i: int, req_id: str, before: int) -> None:
-        """Index tokens of steps this proposer did not see: vLLM skips the drafter for a
-        whole step when a request nears the context window (``_input_fits_in_drafter``);
-        what was verified then is unknown, so the last draft is settled as unverified."""
-        seen = self._seen.get(req_id)
-        if seen is None or seen >= before:
-            return
-        missed = input_batch.token_ids_cpu[i, seen:before].tolist()
+    def _take_missed(self, req_id: str, missed: list[int]) -> None:
+        # The catch-up is SessionDrafting's (_catch_up, catch_up_finished); the draft sent
+        # before the missed steps was settled there, so it is not settled by path either.
         self._sent.pop(req_id, None)
-        self.driver.withdraw(req_id)
-        self.driver.advance(req_id, missed)
-        self._count("drafter_missed_steps_total")
+        super()._take_missed(req_id, missed)
 
     def _settle_model_draft(self, req_id: str, sampled: list[int]) -> None:
         """Record what the target accepted of the request's last draft, by path (the

@@ -28,8 +28,17 @@ Nothing happens unless :data:`agentspec.engine.config.ENV_CONFIG` is set (``agen
 serve`` sets it): installing agentspec leaves a plain vLLM server untouched. The runner
 module is heavy (seconds to import), so it is patched when it is first imported (an
 import hook), which only worker processes do. An unsupported vLLM fails at start-up with a
-message naming the supported versions, and so does a vLLM told to run its newer model
-runner (``VLLM_USE_V2_MODEL_RUNNER=1``), which this plugin does not patch.
+message naming the supported versions.
+
+The runner: everything above is in vLLM's V1 model runner. On CUDA (Triton importable)
+vLLM picks its V2 runner for every speculative method V2 supports (``draft_model``,
+``eagle``, ``eagle3``: the hybrid), where none of it would run. So the plugin pins V1
+(``VLLM_USE_V2_MODEL_RUNNER=0`` where the variable is unset; an explicit ``1`` is refused),
+and the workers (``Worker._make_model_runner``, ``CPUWorker.init_device``) check the
+runner they built: anything but the patched V1 runner with an agentspec drafter (what
+watermarking, which forces V2, would give) fails at start-up with one line. The patched
+runner also refuses async scheduling under the hybrid, whose list drafts vLLM's async path
+cannot take.
 """
 
 from __future__ import annotations
@@ -57,6 +66,15 @@ RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
 #: Selects vLLM's V2 model runner (``vllm.v1.worker.gpu.model_runner``; on CPU
 #: ``vllm.v1.worker.cpu.model_runner``), which this plugin does not patch.
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+#: The workers whose runner construction the plugin checks (GPU, and CPU: a subclass).
+GPU_WORKER_MODULE = "vllm.v1.worker.gpu_worker"
+CPU_WORKER_MODULE = "vllm.v1.worker.cpu_worker"
+#: What V1 costs a user: vLLM 0.32's features only its V2 runner has (``VllmConfig.
+#: _get_v1_model_runner_unsupported_features``, and HiSparse, which requires V2).
+V1_COST = (
+    "agentspec runs vLLM's V1 model runner, without the features only V2 has:"
+    " prefill context parallel, DSpark, adaptive verification, HiSparse"
+)
 
 _PATCHED_ATTR = "_agentspec_patched"
 
@@ -71,12 +89,32 @@ def register() -> None:
         return
     config.load_settings()  # bad settings fail here, at start-up, in every process
     check_vllm_version()
+    pin_model_runner()
     check_model_runner()
-    module = sys.modules.get(RUNNER_MODULE)
+    _patch_when_imported(RUNNER_MODULE, _patch_runner)
+    _patch_when_imported(GPU_WORKER_MODULE, _patch_gpu_worker)
+    _patch_when_imported(CPU_WORKER_MODULE, _patch_cpu_worker)
+
+
+def _patch_when_imported(name: str, patch: Callable[[ModuleType], None]) -> None:
+    module = sys.modules.get(name)
     if module is not None:
-        _patch_runner(module)
-    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport(RUNNER_MODULE, _patch_runner))
+        patch(module)
+    elif not any(isinstance(f, _PatchOnImport) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport(name, patch))
+
+
+def pin_model_runner() -> None:
+    """Select vLLM's V1 model runner, the one this plugin patches, unless the variable is
+    set (``1`` is then refused by :func:`check_model_runner`).
+
+    Unset, ``VllmConfig.use_v2_model_runner`` picks V2 wherever Triton is importable (every
+    CUDA install) and V2 supports the speculative method: the hybrid's ``draft_model``,
+    ``eagle`` and ``eagle3`` would run vLLM's own drafter, silently. vLLM's processes read
+    it after this (the engine and workers inherit it); arctic-inference pins it the same way.
+    """
+    if V2_RUNNER_ENV not in os.environ:
+        os.environ[V2_RUNNER_ENV] = "0"
 
 
 def check_vllm_version() -> str:
@@ -99,9 +137,9 @@ def check_model_runner() -> None:
     plugin does not patch (agentspec would not be in the loop)."""
     # vLLM's workers (gpu_worker.Worker._make_model_runner, CPUWorker.init_device) build
     # the V2 runner when VllmConfig.use_v2_model_runner is true. That property takes this
-    # variable when it is set; unset, it picks V1 for speculative method "suffix" (which V2
-    # lacks), except under HiSparse attention or watermarking, which force V2 (and V2 then
-    # refuses "suffix" itself). Only the variable is visible here: plugins get no config.
+    # variable (pinned to 0 by pin_model_runner), except under HiSparse attention (which
+    # then refuses to start) or watermarking, which force V2: check_built_runner catches
+    # those in the worker. Only the variable is visible here: plugins get no config.
     # vllm.envs imports only the standard library and parses the value as vLLM does.
     from vllm import envs
 
@@ -112,6 +150,101 @@ def check_model_runner() -> None:
             f" which agentspec does not support. Unset {V2_RUNNER_ENV} (or set it to 0),"
             f" or unset {config.ENV_CONFIG} to run vLLM without agentspec."
         )
+
+
+def check_built_runner(runner: Any) -> None:
+    """Raise :class:`UnsupportedVLLMError` unless ``runner`` (what a worker just built) is
+    the patched V1 runner and, with speculative decoding, drafts with an agentspec proposer:
+    otherwise the server would run without agentspec in the loop, with no error."""
+    from agentspec.engine.proposer import SessionDrafting
+
+    module = sys.modules.get(RUNNER_MODULE)
+    v1 = getattr(module, "GPUModelRunner", None)
+    built = f"{type(runner).__module__}.{type(runner).__qualname__}"
+    if v1 is None or not isinstance(runner, v1):
+        raise UnsupportedVLLMError(
+            f"agentspec patches vLLM's V1 model runner ({RUNNER_MODULE}), but vLLM built {built}"
+            f" (its V2 runner): watermarking and HiSparse attention force V2 whatever {V2_RUNNER_ENV} says."
+            f" Turn them off, or unset {config.ENV_CONFIG} to run vLLM without agentspec; {V1_COST}."
+        )
+    if not getattr(module, _PATCHED_ATTR, False):
+        raise UnsupportedVLLMError(
+            f"vLLM built its V1 model runner ({built}) from a module agentspec did not patch"
+            f" ({RUNNER_MODULE} was imported before the plugin ran): restart the server with"
+            f" {config.ENV_CONFIG} set in every process; {V1_COST}."
+        )
+    spec = getattr(runner, "speculative_config", None)
+    # Only the last pipeline-parallel rank has a drafter.
+    if spec is not None and hasattr(runner, "drafter") and not isinstance(runner.drafter, SessionDrafting):
+        drafter = type(runner.drafter)
+        raise UnsupportedVLLMError(
+            f"vLLM's drafter here is {drafter.__module__}.{drafter.__qualname__} (speculative method"
+            f" {getattr(spec, 'method', None)!r}), not agentspec's, so agentspec would not draft: it drafts"
+            " through method suffix (agentspec serve) and draft_model, eagle, eagle3 (agentspec serve"
+            f" --agentspec-drafter). Use one of them, or unset {config.ENV_CONFIG} to run vLLM without"
+            f" agentspec; {V1_COST}."
+        )
+
+
+def check_async_scheduling(vllm_config: Any, drafter: Any) -> None:
+    """Raise :class:`UnsupportedVLLMError` when the hybrid would run under async
+    scheduling: its drafts are lists (one length per request), and vLLM's async path
+    asserts a tensor of drafts. vLLM turns async scheduling on by default for
+    ``draft_model`` and EAGLE on CUDA, so a plain ``vllm serve`` gets it unless told not to."""
+    from agentspec.engine.hybrid import HybridDrafting
+
+    if isinstance(drafter, HybridDrafting) and getattr(vllm_config.scheduler_config, "async_scheduling", False):
+        raise UnsupportedVLLMError(
+            "agentspec's hybrid drafting needs vLLM's synchronous scheduling (its drafts differ in"
+            " length per request, which vLLM's async scheduling cannot take): pass --no-async-scheduling"
+            f" (agentspec serve does), or unset {config.ENV_CONFIG} to run vLLM without agentspec."
+        )
+
+
+def _patch_gpu_worker(module: ModuleType) -> None:
+    """Check the runner ``Worker._make_model_runner`` builds (the GPU worker's, and those
+    of the platforms that subclass it and keep it)."""
+    if getattr(module, _PATCHED_ATTR, False):
+        return
+    worker_cls = getattr(module, "Worker", None)
+    make = getattr(worker_cls, "_make_model_runner", None)
+    if make is None:
+        raise UnsupportedVLLMError(
+            f"{GPU_WORKER_MODULE} lacks Worker._make_model_runner; this vLLM's internals differ from"
+            f" the supported series {', '.join(SUPPORTED_VLLM_SERIES)}."
+        )
+
+    @functools.wraps(make)
+    def _make_model_runner(self: Any) -> Any:
+        runner = make(self)
+        check_built_runner(runner)
+        return runner
+
+    worker_cls._make_model_runner = _make_model_runner  # type: ignore[union-attr]
+    setattr(module, _PATCHED_ATTR, True)
+
+
+def _patch_cpu_worker(module: ModuleType) -> None:
+    """Check the runner ``CPUWorker.init_device`` builds (it does not call
+    ``_make_model_runner``)."""
+    if getattr(module, _PATCHED_ATTR, False):
+        return
+    worker_cls = getattr(module, "CPUWorker", None)
+    init_device = getattr(worker_cls, "init_device", None)
+    if init_device is None:
+        raise UnsupportedVLLMError(
+            f"{CPU_WORKER_MODULE} lacks CPUWorker.init_device; this vLLM's internals differ from"
+            f" the supported series {', '.join(SUPPORTED_VLLM_SERIES)}."
+        )
+
+    @functools.wraps(init_device)
+    def _init_device(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = init_device(self, *args, **kwargs)
+        check_built_runner(self.model_runner)
+        return result
+
+    worker_cls.init_device = _init_device  # type: ignore[union-attr]
+    setattr(module, _PATCHED_ATTR, True)
 
 
 def _patch_runner(module: ModuleType) -> None:
@@ -126,6 +259,7 @@ def _patch_runner(module: ModuleType) -> None:
     from agentspec.engine.proposer import AgentspecProposer, SessionDrafting
 
     runner_cls = getattr(module, "GPUModelRunner", None)
+    original_init = getattr(runner_cls, "__init__", None)
     original = getattr(runner_cls, "_update_states", None)
     original_propose = getattr(runner_cls, "propose_draft_token_ids", None)
     suffix_cls = getattr(module, "SuffixDecodingProposer", None)
@@ -155,6 +289,12 @@ def _patch_runner(module: ModuleType) -> None:
             f" {', '.join(SUPPORTED_VLLM_SERIES)}."
         )
 
+    @functools.wraps(original_init)  # type: ignore[arg-type]
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)  # type: ignore[misc]
+        # At start-up, where the runner has its config and its drafter.
+        check_async_scheduling(self.vllm_config, getattr(self, "drafter", None))
+
     @functools.wraps(original)  # type: ignore[arg-type]
     def _update_states(self: Any, scheduler_output: Any) -> Any:
         drafter = getattr(self, "drafter", None)
@@ -167,7 +307,14 @@ def _patch_runner(module: ModuleType) -> None:
             drafter._agentspec_bound = True  # type: ignore[attr-defined]
         # Finished first: vLLM may reuse an aborted request's id for a new request in the
         # same step, and treats them as two requests; so do we.
-        drafter.on_requests_finished(scheduler_output.finished_req_ids)
+        finished = scheduler_output.finished_req_ids
+        for req_id in finished:
+            # Its last steps may have run without the drafter (near max_model_len vLLM
+            # skips it): the runner's record, dropped by the original below, has the tokens.
+            state = self.requests.get(req_id)
+            if state is not None:
+                drafter.catch_up_finished(req_id, state.num_prompt_tokens, state.output_token_ids)
+        drafter.on_requests_finished(finished)
         for new_req in scheduler_output.scheduled_new_reqs:
             drafter.on_request_added(new_req.req_id, new_req.sampling_params)
         result = original(self, scheduler_output)  # type: ignore[misc]
@@ -181,6 +328,7 @@ def _patch_runner(module: ModuleType) -> None:
             drafter.take_step(self.input_batch, _valid_sampled(self, sampled_token_ids))
         return original_propose(self, scheduler_output, sampled_token_ids, *args, **kwargs)  # type: ignore[misc]
 
+    runner_cls.__init__ = __init__  # type: ignore[union-attr]
     runner_cls._update_states = _update_states  # type: ignore[union-attr]
     runner_cls.propose_draft_token_ids = propose_draft_token_ids  # type: ignore[union-attr]
     module.SuffixDecodingProposer = AgentspecProposer  # type: ignore[attr-defined]

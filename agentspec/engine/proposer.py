@@ -36,7 +36,7 @@ import os
 import socket
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from time import perf_counter
 from typing import Any
 
@@ -122,6 +122,8 @@ class SessionDrafting:
         # Peers' outputs taken from the transport, not yet indexed (see poll_exchange).
         self._peer_backlog: deque[tuple[str, PeerOutput]] = deque()
         self._step_log: StepLog | None = None
+        # Per request: its tokens (prompt and output) the index has been given.
+        self._seen: dict[str, int] = {}
 
     # ------------------------------------------------------------------ lifecycle (runner)
 
@@ -229,6 +231,7 @@ class SessionDrafting:
         if self._step_log is not None:
             self._step_log.finished(req_ids)
         for req_id in req_ids:
+            self._seen.pop(req_id, None)
             # A release changes the counters and gauges even when nothing is drafted
             # afterwards: the engine may go idle on this very step.
             self._dirty = True
@@ -291,7 +294,35 @@ class SessionDrafting:
                 break
         return taken
 
+    def catch_up_finished(self, req_id: str, num_prompt_tokens: int, output_token_ids: Sequence[int]) -> None:
+        """Before :meth:`on_requests_finished`: index what the request produced on steps
+        this proposer did not see (all its last ones, when it ran into the context limit),
+        from the runner's record of it (its prompt length and output tokens)."""
+        seen = self._seen.get(req_id)
+        if seen is None or seen < num_prompt_tokens or seen >= num_prompt_tokens + len(output_token_ids):
+            return
+        try:
+            self._take_missed(req_id, list(output_token_ids[seen - num_prompt_tokens :]))
+        except DraftIndexError as exc:  # never fail the engine over indexing
+            logger.warning("request %s: could not index its last tokens: %s", req_id, exc)
+
     # ------------------------------------------------------------------ drafting, shared
+
+    def _catch_up(self, input_batch: Any, i: int, req_id: str, before: int) -> None:
+        """Index tokens of steps this proposer did not see: vLLM skips the drafter for a
+        whole step when a request nears the context window (``_input_fits_in_drafter``).
+        ``before``: how many of row ``i``'s tokens precede this step's."""
+        seen = self._seen.get(req_id)
+        if seen is not None and seen < before:
+            self._take_missed(req_id, input_batch.token_ids_cpu[i, seen:before].tolist())
+
+    def _take_missed(self, req_id: str, missed: list[int]) -> None:
+        """Index ``missed``, the request's tokens of steps the proposer did not see. What
+        was verified then is unknown, so its last draft is settled as unverified."""
+        self.driver.withdraw(req_id)
+        self.driver.advance(req_id, missed)
+        self._count("drafter_missed_steps_total")
+        self._dirty = True
 
     def _begin_or_settle(self, input_batch: Any, i: int, req_id: str, sampled: list[int], num_tokens: int) -> None:
         """Bring the index up to date with request ``req_id`` (row ``i``), whose
@@ -394,10 +425,13 @@ class AgentspecProposer(SessionDrafting, SuffixDecodingProposer):
                 drafts.append([])
                 continue
             req_id = input_batch.req_ids[i]
+            # Called after the runner's bookkeeping: the row holds this step's tokens.
             num_tokens = int(input_batch.num_tokens_no_spec[i])
             cap = min(budget, self.max_model_len - num_tokens - 1)
             try:
+                self._catch_up(input_batch, i, req_id, num_tokens - len(sampled))
                 self._begin_or_settle(input_batch, i, req_id, sampled, num_tokens)
+                self._seen[req_id] = num_tokens
                 draft = self.driver.draft(req_id, cap)
             except DraftIndexError as exc:
                 # Never fail the engine over drafting: this request runs unspeculated.

@@ -10,7 +10,9 @@ a distribution named ``vllm``) with:
 - the session-id middleware (``--middleware agentspec.engine.middleware.SessionIdMiddleware``);
 - prefix caching on (agent calls share long prefixes);
 - :data:`agentspec.engine.config.ENV_CONFIG` set for every process, which is what turns
-  the plugin on, and a fresh statistics folder.
+  the plugin on, and a fresh statistics folder;
+- ``VLLM_USE_V2_MODEL_RUNNER=0`` (unless set already): vLLM's V1 model runner, the one the
+  plugin patches (on CUDA vLLM would pick V2 for the hybrid's methods).
 
 Any other option goes to vLLM, checked first by vLLM's own parser (the model may come first
 or as ``--model``, see :mod:`agentspec.engine.vllm_args`); an unknown ``--agentspec-*``
@@ -49,6 +51,7 @@ from agentspec import wire
 from agentspec._extras import missing_message
 from agentspec.engine.config import ENV_CONFIG, DrafterSettings, EngineSettings
 from agentspec.engine.exchange_config import RedisExchangeConfig
+from agentspec.engine.plugin import V2_RUNNER_ENV
 from agentspec.engine.vllm_args import (
     VllmArgsError,
     split_model,
@@ -199,11 +202,13 @@ def build_command(
 
 def build_env(settings: EngineSettings, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for the server: ``base`` (default: this process's) plus agentspec's,
-    with a fresh admission token unless ``settings`` has one."""
+    with a fresh admission token unless ``settings`` has one, and vLLM's V1 model runner
+    (the one the plugin patches) unless ``base`` chooses a runner itself (the plugin refuses V2)."""
     env = dict(os.environ if base is None else base)
     if settings.admission_token is None:
         settings = settings.model_copy(update={"admission_token": secrets.token_hex(16)})
     env[ENV_CONFIG] = settings.to_env()
+    env.setdefault(V2_RUNNER_ENV, "0")
     return env
 
 
@@ -379,7 +384,10 @@ def serve(
         _fail(str(exc), 2)
 
     if dry_run:
-        typer.echo(f"{ENV_CONFIG}={shlex.quote(build_env(settings, {})[ENV_CONFIG])} {shlex.join(cmd)}")
+        added = build_env(settings, {})
+        # The settings first, then the other variables agentspec sets (the pinned runner).
+        names = [ENV_CONFIG, *sorted(n for n in added if n != ENV_CONFIG)]
+        typer.echo(" ".join(f"{n}={shlex.quote(added[n])}" for n in names) + f" {shlex.join(cmd)}")
         return
     try:
         raise typer.Exit(_run(cmd, build_env(settings)))

@@ -60,15 +60,16 @@ def test_v2_model_runner_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("value", [None, "0"])
 def test_v1_model_runner_accepted(monkeypatch: pytest.MonkeyPatch, value: str | None) -> None:
     monkeypatch.setenv(config.ENV_CONFIG, "{}")
+    monkeypatch.setenv(plugin.V2_RUNNER_ENV, value or "")  # restored after: register() pins it
     if value is None:
-        monkeypatch.delenv(plugin.V2_RUNNER_ENV, raising=False)
-    else:
-        monkeypatch.setenv(plugin.V2_RUNNER_ENV, value)
-    # register() goes on to patch the runner (or hook its import): keep both out of this
-    # process, restoring sys.meta_path and patching nothing.
+        monkeypatch.delenv(plugin.V2_RUNNER_ENV)
+    # register() goes on to patch the runner and the workers (or hook their imports): keep
+    # them out of this process, restoring sys.meta_path and patching nothing.
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     patched: list[object] = []
     monkeypatch.setattr(plugin, "_patch_runner", patched.append)
+    monkeypatch.setattr(plugin, "_patch_gpu_worker", lambda module: None)
+    monkeypatch.setattr(plugin, "_patch_cpu_worker", lambda module: None)
     plugin.register()
     module = sys.modules.get(plugin.RUNNER_MODULE)
     if module is not None:
