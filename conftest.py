@@ -4,4 +4,4 @@ the integrations' included. The plugin is opt-in for everyone else (``-p
 agentspec.testing.pytest_plugin``); pytest honours ``pytest_plugins`` only in this, the
 root, conftest. Importing it imports neither vLLM nor the draft index."""
 
-pytest_plugins = ["agentspec.testing.pytest_plugin"]
+pytest_plugins = ["agentspec.testing.pytest_plugin", "pytester"]

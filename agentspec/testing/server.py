@@ -9,6 +9,9 @@ Used by agentspec's server tests and by integrations' tests::
 ``extra_args`` e.g. ``["--speculative-config", '{"method": "suffix"}']`` for vLLM's own
 suffix decoding. The server runs in its own process group, so stopping it stops vLLM's
 engine and worker processes too.
+
+A server that does not come up raises :class:`ServerStartError`, one line naming the
+server, what ran out (memory, KV cache, time) and its log file.
 """
 
 from __future__ import annotations
@@ -46,6 +49,47 @@ TEST_SERVER_ARGS: tuple[str, ...] = (
 
 SERVED_MODEL_NAME = "tiny"
 
+#: KV cache of a test server: 64k tokens of the tiny model (4 KiB per token in fp32), all
+#: 32 sequences at full length. vLLM's ``VLLM_CPU_KVCACHE_SPACE`` takes whole GiB only.
+DEFAULT_KV_CACHE_BYTES = 256 * 2**20
+
+
+class ServerStartError(RuntimeError):
+    """A test server did not become healthy; the message is one line."""
+
+
+def _first_line_with(log: str, needles: tuple[str, ...], *, from_needle: bool = False) -> str | None:
+    """The last line of ``log`` holding one of ``needles`` (from that needle on, if asked:
+    vLLM's log prefix says nothing here), shortened."""
+    for line in reversed(log.splitlines()):
+        for needle in needles:
+            at = line.find(needle)
+            if at >= 0:
+                text = line[at if from_needle else 0 :].strip()
+                return text if len(text) <= 120 else text[:117] + "..."
+    return None
+
+
+def start_failure_reason(returncode: int | None, log: str, waited_s: float) -> str:
+    """What stopped a server from starting, from its exit status and log, in a few words.
+
+    ``returncode`` is None when the server was still running when its time ran out.
+    """
+    kv = _first_line_with(log, ("KV cache is needed", "No available memory for the cache blocks"), from_needle=True)
+    if kv is not None:
+        return f"KV cache memory ran out ({kv})"
+    host = _first_line_with(log, ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "on kv cache allocation"))
+    if host is not None or returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
+        detail = f" ({host})" if host else " (killed by SIGKILL: the kernel's out-of-memory killer, most often)"
+        return f"host memory ran out{detail}"
+    if "Address already in use" in log:
+        return "its port was taken"
+    if returncode is None:
+        load = os.getloadavg()[0]
+        return f"time ran out: not healthy {waited_s:.0f} s after its launch (load {load:.1f} on {os.cpu_count()} CPUs)"
+    error = _first_line_with(log, ("Error", "error:", "Exception"))
+    return f"exited with {returncode}" + (f" ({error})" if error else "")
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -64,6 +108,10 @@ class VLLMServer:
     model: str = SERVED_MODEL_NAME
     #: Where the drafting workers log their steps (EngineSettings.step_log_dir), if they do.
     step_log_dir: Path | None = None
+    #: What failure messages call it (a server kind of the pytest plugin).
+    name: str = "vLLM"
+    #: ``time.monotonic()`` at launch: :meth:`wait_ready`'s deadline counts from here.
+    launched_at: float = field(default_factory=time.monotonic)
     _owned_dirs: list[Path] = field(default_factory=list)
 
     @property
@@ -79,13 +127,16 @@ class VLLMServer:
         settings: EngineSettings | None = None,
         extra_args: list[str] | tuple[str, ...] = (),
         log_dir: str | os.PathLike[str] | None = None,
-        kv_cache_gib: int = 1,
+        kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
         python: str | None = None,
+        name: str | None = None,
+        extra_env: dict[str, str] | None = None,
     ) -> VLLMServer:
         """Start the process and return at once; call :meth:`wait_ready` before use.
 
         ``python`` is the interpreter that runs the server (one with ``vllm-agentspec[cpu]``);
-        by default this one.
+        by default this one. ``name`` labels its log file and failure messages; ``extra_env``
+        adds to the environment it inherits.
         """
         port = free_port()
         owned: list[Path] = []
@@ -94,6 +145,8 @@ class VLLMServer:
             owned.append(log_root)
         log_root.mkdir(parents=True, exist_ok=True)
         args = [*TEST_SERVER_ARGS, "--port", str(port), "--host", "127.0.0.1", *extra_args]
+        if "--kv-cache-memory-bytes" not in extra_args:
+            args += ["--kv-cache-memory-bytes", str(kv_cache_bytes)]
         state_dir: Path | None = None
         if agentspec:
             state_dir = Path(tempfile.mkdtemp(prefix="agentspec-state-"))
@@ -105,13 +158,16 @@ class VLLMServer:
             cmd = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), *args]
             env = dict(os.environ)
             env.pop("AGENTSPEC_ENGINE_CONFIG", None)
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+        # The variable would override --kv-cache-memory-bytes (vLLM's CPU platform reads it last).
+        env.pop("VLLM_CPU_KVCACHE_SPACE", None)
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
-        log_path = log_root / f"vllm-{'agentspec' if agentspec else 'plain'}-{port}.log"
+        env.update(extra_env or {})
+        name = name or ("agentspec" if agentspec else "plain")
+        log_path = log_root / f"vllm-{name}-{port}.log"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         step_log_dir = Path(settings.step_log_dir) if settings is not None and settings.step_log_dir else None
-        return cls(proc, port, log_path, state_dir, step_log_dir=step_log_dir, _owned_dirs=owned)
+        return cls(proc, port, log_path, state_dir, step_log_dir=step_log_dir, name=name, _owned_dirs=owned)
 
     @classmethod
     def start(cls, model_dir: str | os.PathLike[str], *, timeout: float = 240.0, **kwargs: object) -> VLLMServer:
@@ -121,18 +177,31 @@ class VLLMServer:
         return server
 
     def wait_ready(self, timeout: float = 240.0) -> None:
-        deadline = time.monotonic() + timeout
+        """Wait until ``/health`` answers 200, at most ``timeout`` seconds after the launch.
+
+        Raises :class:`ServerStartError` (and stops the server) if it exits or runs out of time.
+        """
+        deadline = self.launched_at + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM server exited with {self.proc.returncode}:\n{self.log_tail()}")
+                break
             try:
                 if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.5)
-        self.stop()
-        raise TimeoutError(f"vLLM server not healthy after {timeout:.0f} s:\n{self.log_tail()}")
+        returncode = self.proc.poll()
+        waited = time.monotonic() - self.launched_at
+        self.stop(remove_dirs=False)
+        reason = start_failure_reason(returncode, self.log_text(), waited)
+        raise ServerStartError(f"{self.name} server did not start: {reason}; log: {self.log_path}")
+
+    def log_text(self, max_chars: int = 200_000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-max_chars:]
+        except OSError:
+            return ""
 
     def log_tail(self, lines: int = 60) -> str:
         try:
@@ -149,7 +218,7 @@ class VLLMServer:
                 pass
             self.proc.wait()
 
-    def stop(self, grace: float = 15.0) -> None:
+    def stop(self, grace: float = 15.0, *, remove_dirs: bool = True) -> None:
         """Stop vLLM and all its processes (the whole process group)."""
         if self.proc.poll() is None:
             try:
@@ -165,8 +234,9 @@ class VLLMServer:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        for d in self._owned_dirs:
-            shutil.rmtree(d, ignore_errors=True)
+        if remove_dirs:
+            for d in self._owned_dirs:
+                shutil.rmtree(d, ignore_errors=True)
 
     def __enter__(self) -> Self:
         return self

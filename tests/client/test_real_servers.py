@@ -1,15 +1,13 @@
 """The client against two real ``agentspec serve`` processes on the tiny test model.
 
-Slow (a second vLLM server starts beside the suite's shared one); marked ``server``. The
-test that kills a backend runs last in the module and kills only the second server.
+Slow (the spare server starts beside the suite's shared one); marked ``server``. The
+test that kills a backend runs last in the module and kills only the spare server.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -34,24 +32,10 @@ GEN: dict[str, Any] = {"max_tokens": 8, "temperature": 0.0}
 
 
 @pytest.fixture(scope="module")
-def servers(request: pytest.FixtureRequest, tiny_model_dir, tmp_path_factory) -> Iterator[list]:
-    """Two ``agentspec serve`` backends: the suite's shared server and one of our own.
-
-    Only our own is ever killed (the shared one serves other tests). Ours is launched first
-    so both start-ups overlap, and bound to the second core so the two workers do not share
-    one (vLLM binds each worker to a core; both would otherwise pick the first).
-    """
-    logs = tmp_path_factory.mktemp("client-server-logs")
-    with pytest.MonkeyPatch.context() as mp:
-        if (os.cpu_count() or 1) > 1:
-            mp.setenv("VLLM_CPU_OMP_THREADS_BIND", "1")
-        own = testing_server.VLLMServer.launch(tiny_model_dir, log_dir=logs)
-    try:
-        shared = request.getfixturevalue("agentspec_server")
-        own.wait_ready(300)
-        yield [shared, own]
-    finally:
-        own.stop()
+def servers(agentspec_server, agentspec_spare_server) -> list:
+    """Two ``agentspec serve`` backends: the suite's shared server and the spare one, the
+    only one ever killed (the shared one serves other tests)."""
+    return [agentspec_server, agentspec_spare_server]
 
 
 @pytest.fixture

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import uuid
 
+import httpx
 import pytest
 from engine_helpers import PROMPTS, chat_ok, completion_ok, server_stats, wait_for
 
+from agentspec import wire
 from agentspec.testing.pytest_plugin import TEST_INDEX_CONFIG
 
 pytestmark = pytest.mark.server
@@ -20,8 +22,19 @@ def _global_tokens(stats: dict) -> int:
     return stats["index"].get("global_tokens", 0)  # absent before the first snapshot
 
 
+def _same_policy_version(main: str, peer: str) -> None:
+    """Bring ``peer`` to ``main``'s policy version: an earlier test may have announced one to
+    ``main``, which then retires (does not index) what older versions generated."""
+    version = int(server_stats(main)["engine"].get("policy_version") or 0)
+    if version > int(server_stats(peer)["engine"].get("policy_version") or 0):
+        r = httpx.post(peer + wire.POLICY_PATH, json={"version": version, "keep_old_outputs": True}, timeout=60)
+        assert r.status_code == 200, r.text
+        wait_for(lambda: server_stats(peer)["engine"], lambda e: e.get("policy_version") == version)
+
+
 def test_peer_output_reaches_the_other_replica(agentspec_server, agentspec_peer_server) -> None:
     main, peer = agentspec_server.url, agentspec_peer_server.url
+    _same_policy_version(main, peer)
     before = server_stats(main)
     peer_before = server_stats(peer)
 

@@ -103,7 +103,9 @@ def test_the_step_replay_equals_the_server_at_concurrency(agentspec_server) -> N
     base = agentspec_server.url
     tag = f"fidc-{uuid.uuid4().hex[:8]}"
     salt = f"fidelity-{tag}"  # a tenant of its own, as above
-    calls = run_agents(base, MODEL, AgentWorkload(sessions=12, turns=TURNS, max_tokens=MAX_TOKENS), salt=salt, tag=tag)
+    # 20 sessions for a batch budget of 8: their requests reach the engine over a few steps
+    # (more so while another server starts beside it), so fewer than all run at once.
+    calls = run_agents(base, MODEL, AgentWorkload(sessions=20, turns=TURNS, max_tokens=MAX_TOKENS), salt=salt, tag=tag)
     events, logged, _ = logged_calls(agentspec_server.step_log_dir, calls)
 
     replayed = replay_steps(events, as_logged(logged), DraftIndex(TEST_INDEX_CONFIG))

@@ -247,9 +247,11 @@ def _tv_permutation_p(
     return observed, (hits + 1) / (rounds + 1)
 
 
-@pytest.mark.parametrize(
-    "server", ["agentspec_hybrid_server", "agentspec_hybrid_sampled_server", "agentspec_server"]
-)
+SAMPLED_SERVERS = ["agentspec_hybrid_server", "agentspec_hybrid_sampled_server", "agentspec_server"]
+
+
+@pytest.mark.server(*SAMPLED_SERVERS)
+@pytest.mark.parametrize("server", SAMPLED_SERVERS)
 def test_sampled_outputs_keep_the_targets_distribution(
     request, plain_server, server: str
 ) -> None:

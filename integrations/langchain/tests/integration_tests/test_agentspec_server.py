@@ -27,7 +27,8 @@ from pydantic import BaseModel, Field
 from agentspec.client import SessionNotFoundError, SessionStats
 from agentspec.testing.stub import StubServer
 
-pytestmark = pytest.mark.server
+# agentspec_url gets the server by name.
+pytestmark = pytest.mark.server("agentspec_server")
 
 MAX_TOKENS = 24
 # A forced hermes call is ~40 tokens of the tiny model's tokenizer: room to finish it.

@@ -15,7 +15,8 @@ import pytest
 from langchain_agentspec import ChatAgentSpec
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 
-pytestmark = pytest.mark.server
+# agentspec_url gets the server by name.
+pytestmark = pytest.mark.server("agentspec_server")
 
 
 class TestChatAgentSpecStandardIntegration(ChatModelIntegrationTests):

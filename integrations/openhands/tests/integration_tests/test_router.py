@@ -13,10 +13,7 @@ import pytest
 from codeact_harness import CodeAct, backend_of, session_stats, wait_stats
 from openhands.sdk.event import ActionEvent, Event
 
-from agentspec.engine.config import EngineSettings
-from agentspec.testing.pytest_plugin import TEST_INDEX_CONFIG, server_python
 from agentspec.testing.router import VLLMRouter, find_router
-from agentspec.testing.server import VLLMServer
 
 pytestmark = [
     pytest.mark.server,
@@ -76,14 +73,13 @@ def test_tasks_stay_on_the_backend_their_group_hashes_to(
 
 
 def test_killing_a_backend_mid_conversation_loses_no_turn(
-    agentspec_server: Any, tiny_model_dir: Path, workspace: Path, tmp_path: Path
+    agentspec_server: Any,
+    agentspec_spare_server: Any,
+    workspace: Path,
+    tmp_path: Path,
 ) -> None:
-    settings = EngineSettings(index=TEST_INDEX_CONFIG)
-    doomed = VLLMServer.launch(
-        tiny_model_dir, settings=settings, log_dir=tmp_path, python=server_python()
-    )
+    doomed = agentspec_spare_server
     try:
-        doomed.wait_ready(300)
         with VLLMRouter.start(
             [agentspec_server.url, doomed.url], log_dir=tmp_path
         ) as router:
