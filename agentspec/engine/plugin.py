@@ -380,8 +380,9 @@ def _is_alone_in_group(runner: Any) -> bool:
 
 
 def _worker_name(runner: Any) -> str:
-    rank = getattr(getattr(runner.vllm_config, "parallel_config", None), "data_parallel_rank", 0) or 0
-    return f"proposer-dp{rank}"
+    from agentspec.engine.proposer import data_parallel_index
+
+    return f"proposer-dp{data_parallel_index(getattr(runner.vllm_config, 'parallel_config', None))}"
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):

@@ -69,6 +69,21 @@ from agentspec.speed import parse_speed_model
 logger = logging.getLogger("vllm.agentspec.proposer")
 
 
+def data_parallel_index(parallel_config: Any) -> int:
+    """This engine's data-parallel rank, as the deployment numbers it.
+
+    vLLM runs the data-parallel engines of a dense model as independent DP=1 engines and
+    resets their ``data_parallel_rank`` to 0 (``reconfigure_for_independent_dp_rank``);
+    ``data_parallel_index`` keeps the original rank. Statistics files, step logs, the
+    ``engine`` label and exchange replica ids are named by it, so that engines do not collide.
+    """
+    for name in ("data_parallel_index", "data_parallel_rank"):
+        value = getattr(parallel_config, name, None)
+        if value is not None:
+            return int(value)
+    return 0
+
+
 class SessionDrafting:
     """What every agentspec proposer does besides proposing: it learns requests' sessions
     and seeds, indexes their text, releases them when vLLM says they finished, exchanges
@@ -93,7 +108,7 @@ class SessionDrafting:
             if self.settings.exchange_dir or self.settings.exchange_url
             else f"{self.model_name}:{vllm_config.model_config.get_vocab_size()}"
         )
-        self.engine_index = str(getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0)
+        self.engine_index = str(data_parallel_index(vllm_config.parallel_config))
         self.max_model_len: int = vllm_config.model_config.max_model_len
         # The draft knobs vLLM's suffix method exposes come from --speculative-config, so
         # `vllm serve --speculative-config` and agentspec never disagree about them.

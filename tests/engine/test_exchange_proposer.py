@@ -267,3 +267,34 @@ def test_closing_the_exchange_stops_it(tmp_path: Path, clock: _Clock) -> None:
     assert a._exchange is None and exchange is not None
     _finish_a_call(a)  # drafts on, publishes nothing
     assert "exchange_published_total" not in a.driver.counters
+
+
+def _dense_dp_engine(exchange_dir: Path, index: int):
+    """An engine of a dense model served with data parallelism, as vLLM configures it: its
+    ``data_parallel_rank`` reset to 0, the deployment's rank in ``data_parallel_index``."""
+    from agentspec.engine.plugin import _worker_name
+
+    config = vllm_config_stand_in(K)
+    config.parallel_config = SimpleNamespace(data_parallel_rank=0, data_parallel_index=index)
+    # One replica id for the whole server, as `agentspec serve` gives its engines.
+    settings = EngineSettings(exchange_dir=str(exchange_dir), exchange_interval_s=0.5, replica_id="host-8000")
+    proposer = proposer_mod.AgentspecProposer(config, settings)  # type: ignore[arg-type]
+    proposer.bind(publish=False, worker_name=_worker_name(SimpleNamespace(vllm_config=config)), exchange_ok=True)
+    return proposer
+
+
+def test_data_parallel_engines_of_a_dense_model_stay_apart(tmp_path: Path, clock: _Clock) -> None:
+    a, b = _dense_dp_engine(tmp_path, 0), _dense_dp_engine(tmp_path, 1)
+    assert (a.engine_index, b.engine_index) == ("0", "1")
+    _finish_a_call(a)
+    b_output = list(range(2000, 2024))
+    b.on_request_added("b-1", _params("sb", max_tokens=len(b_output)))
+    _step(b, "b-1", list(range(1, 20)), b_output)
+    b.on_requests_finished(["b-1"])
+    # One exchange file per engine: sharing one, each would skip the other's outputs as its own.
+    assert sorted(p.name.split(".")[0] for p in tmp_path.iterdir()) == ["host-8000-dp0", "host-8000-dp1"]
+    clock.now = 0.6
+    a.on_step_end(idle=True)
+    b.on_step_end(idle=True)
+    assert a.driver.counters["exchange_received_total"] == 1
+    assert b.driver.counters["exchange_received_total"] == 1
