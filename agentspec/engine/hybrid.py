@@ -33,6 +33,13 @@ model's drafts at most.
 The plugin hands each step's sampled tokens to :meth:`HybridProposer.take_step` before
 vLLM calls :meth:`HybridProposer.propose` (vLLM passes the draft model only the last
 token of each request). Imported only inside vLLM processes.
+
+Under tensor parallelism every rank drafts (vLLM uses rank 0's drafts) and every rank
+runs the draft model's passes, which hold collectives: each rank decides alone how many
+to run, so each must decide alike. The decision reads only what every rank sees alike
+(the batch, the sampled tokens, the index built from them, the target's verdicts); the
+drafter's measured time, which differs per rank, does not steer the budget there
+(:meth:`~agentspec.engine.proposer.SessionDrafting.bind`).
 """
 
 from __future__ import annotations
@@ -62,6 +69,9 @@ class HybridDrafting(SessionDrafting):
     """The index beside one of vLLM's model drafters (a subclass of
     ``SpecDecodeBaseProposer``): a concrete class mixes this in before that proposer and
     calls :meth:`_init_hybrid` after the proposer's own constructor."""
+
+    #: The draft model's passes hold collectives: every rank must run as many.
+    ranks_must_agree = True
 
     def _init_hybrid(
         self, vllm_config: VllmConfig, settings: EngineSettings | None

@@ -38,7 +38,8 @@ and the workers (``Worker._make_model_runner``, ``CPUWorker.init_device``) check
 runner they built: anything but the patched V1 runner with an agentspec drafter (what
 watermarking, which forces V2, would give) fails at start-up with one line. The patched
 runner also refuses async scheduling under the hybrid, whose list drafts vLLM's async path
-cannot take.
+cannot take, and the hybrid on a mixture-of-experts model with data parallelism, whose
+engines must run the same forward passes.
 """
 
 from __future__ import annotations
@@ -201,6 +202,28 @@ def check_async_scheduling(vllm_config: Any, drafter: Any) -> None:
         )
 
 
+def check_data_parallel_moe(vllm_config: Any, drafter: Any) -> None:
+    """Raise :class:`UnsupportedVLLMError` when the hybrid would draft for a
+    mixture-of-experts model with data parallelism. There the engines' MoE layers
+    synchronise every forward pass, so every engine must run as many passes; the hybrid
+    chooses its drafter passes per engine, from its own requests. vLLM turns its own
+    dynamic speculation off under data parallelism for the same reason. (vLLM runs the
+    engines of a dense model independently, each as data-parallel size 1: no constraint.)"""
+    from agentspec.engine.hybrid import HybridDrafting
+
+    if not isinstance(drafter, HybridDrafting):
+        return
+    size = getattr(getattr(vllm_config, "parallel_config", None), "data_parallel_size", None) or 1
+    if size > 1 and getattr(getattr(vllm_config, "model_config", None), "is_moe", False):
+        raise UnsupportedVLLMError(
+            f"agentspec's hybrid drafting cannot serve a mixture-of-experts model with data parallelism"
+            f" (data_parallel_size={size}): it chooses its number of drafter passes per engine, and the"
+            " engines' MoE layers synchronise every forward pass, so they would hang (vLLM forbids its own"
+            " dynamic speculation there too). Run without --agentspec-drafter (the session draft index alone),"
+            f" or without data parallelism, or unset {config.ENV_CONFIG} to run vLLM without agentspec."
+        )
+
+
 def _patch_gpu_worker(module: ModuleType) -> None:
     """Check the runner ``Worker._make_model_runner`` builds (the GPU worker's, and those
     of the platforms that subclass it and keep it)."""
@@ -294,6 +317,7 @@ def _patch_runner(module: ModuleType) -> None:
         original_init(self, *args, **kwargs)  # type: ignore[misc]
         # At start-up, where the runner has its config and its drafter.
         check_async_scheduling(self.vllm_config, getattr(self, "drafter", None))
+        check_data_parallel_moe(self.vllm_config, getattr(self, "drafter", None))
 
     @functools.wraps(original)  # type: ignore[arg-type]
     def _update_states(self: Any, scheduler_output: Any) -> Any:
@@ -302,7 +326,9 @@ def _patch_runner(module: ModuleType) -> None:
             return original(self, scheduler_output)  # type: ignore[misc]
         if not getattr(drafter, "_agentspec_bound", False):
             drafter.bind(
-                publish=_is_publishing_rank(), worker_name=_worker_name(self), exchange_ok=_is_alone_in_group(self)
+                publish=_is_publishing_rank(),
+                worker_name=_worker_name(self),
+                alone_in_group=_is_alone_in_group(self),
             )
             drafter._agentspec_bound = True  # type: ignore[attr-defined]
         # Finished first: vLLM may reuse an aborted request's id for a new request in the

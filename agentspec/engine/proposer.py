@@ -38,7 +38,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from time import perf_counter
-from typing import Any
+from typing import Any, ClassVar
 
 from vllm.config import VllmConfig
 from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
@@ -93,6 +93,11 @@ class SessionDrafting:
     place it takes, and calls :meth:`_init_session_drafting` from its constructor.
     """
 
+    #: Whether every rank of a tensor-parallel group must draft alike. vLLM uses rank 0's
+    #: drafts only, so ranks that differ merely waste work, unless the drafter runs forward
+    #: passes: those hold collectives, and ranks that run different numbers of them hang.
+    ranks_must_agree: ClassVar[bool] = False
+
     def _init_session_drafting(self, vllm_config: VllmConfig, settings: EngineSettings | None = None) -> None:
         spec = vllm_config.speculative_config
         if spec is None:
@@ -139,19 +144,30 @@ class SessionDrafting:
         self._step_log: StepLog | None = None
         # Per request: its tokens (prompt and output) the index has been given.
         self._seen: dict[str, int] = {}
+        # Whether the drafter's measured time feeds the budget (see bind); until bound, as
+        # if the worker shared its group.
+        self._clock_steers = not self.ranks_must_agree
 
     # ------------------------------------------------------------------ lifecycle (runner)
 
-    def bind(self, *, publish: bool, worker_name: str = "proposer-dp0", exchange_ok: bool = False) -> None:
+    def bind(self, *, publish: bool, worker_name: str = "proposer-dp0", alone_in_group: bool = False) -> None:
         """Called once by the plugin with facts only the runner knows.
 
         ``publish``: whether this worker publishes statistics (one per tensor-parallel
         group: the ranks draft identically, counting them all would double every number).
-        ``worker_name`` is unique within the server. ``exchange_ok``: whether this worker
-        is alone in its tensor- and pipeline-parallel groups; the corpus exchange runs only
-        then, because ranks that poll at their own times would index different text and
-        draft differently.
+        ``worker_name`` is unique within the server. ``alone_in_group``: whether this
+        worker is alone in its tensor- and pipeline-parallel groups. Otherwise each rank
+        decides its drafts alone, so nothing rank-local may steer them: the corpus exchange
+        is off (ranks that poll at their own times would index different text) and, where
+        the ranks must agree (:attr:`ranks_must_agree`), the drafter's measured time does
+        not feed the budget (each rank's clock differs).
         """
+        self._clock_steers = alone_in_group or not self.ranks_must_agree
+        if not self._clock_steers and self.settings.speed_model is not None:
+            logger.info(
+                "agentspec: the drafter's measured time does not steer the draft budget: this worker"
+                " shares its tensor- or pipeline-parallel group, whose ranks must run the same drafter passes"
+            )
         if publish and self.settings.state_dir:
             self._writer = SnapshotWriter(self.settings.state_dir, f"{worker_name}.json")
             self._dirty = True
@@ -161,7 +177,7 @@ class SessionDrafting:
                 logger.info("agentspec: logging every drafting step to %s", self._step_log.path)
                 self._step_log.started(self.num_speculative_tokens, self.max_model_len)
         if self.settings.exchange_dir or self.settings.exchange_url:
-            if not exchange_ok:
+            if not alone_in_group:
                 logger.warning("agentspec: corpus exchange is off: it needs tensor- and pipeline-parallel size 1")
             elif self.index.config.global_max_tokens == 0:
                 logger.warning("agentspec: corpus exchange is off: the global corpus is off (global_max_tokens=0)")
@@ -357,12 +373,16 @@ class SessionDrafting:
             driver.advance(req_id, sampled)
 
     def _end_propose(self, input_batch: Any, rows: int, started: float, budget: int) -> None:
-        """After a step's drafts: feed the budget what the step cost, publish statistics."""
+        """After a step's drafts: feed the budget what the step cost, publish statistics.
+
+        The drafter's time is fed only where the clock may steer (see :meth:`bind`);
+        elsewhere it is fed as nothing, so that the budget decides from what every rank
+        sees alike: batch sizes, contexts and the target's verdicts."""
         if self.driver.budget is not None and rows:
             self.driver.budget.observe_step(
                 rows,
                 float(input_batch.num_tokens_no_spec[:rows].sum()) / rows,
-                (perf_counter() - started) / rows,
+                (perf_counter() - started) / rows if self._clock_steers else 0.0,
                 budget > 0,
             )
         self._dirty = True

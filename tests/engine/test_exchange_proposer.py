@@ -39,11 +39,11 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     return clock
 
 
-def _proposer(exchange_dir: Path, worker_name: str, *, exchange_ok: bool = True, share: bool = False):
+def _proposer(exchange_dir: Path, worker_name: str, *, alone_in_group: bool = True, share: bool = False):
     config = vllm_config_stand_in(K)
     settings = EngineSettings(exchange_dir=str(exchange_dir), exchange_interval_s=0.5, share_across_tenants=share)
     proposer = proposer_mod.AgentspecProposer(config, settings)  # type: ignore[arg-type]
-    proposer.bind(publish=False, worker_name=worker_name, exchange_ok=exchange_ok)
+    proposer.bind(publish=False, worker_name=worker_name, alone_in_group=alone_in_group)
     return proposer
 
 
@@ -143,7 +143,7 @@ def test_off_unless_alone_in_its_parallel_groups(
     tmp_path: Path, clock: _Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="vllm.agentspec.proposer"):
-        a = _proposer(tmp_path, "proposer-dp0", exchange_ok=False)
+        a = _proposer(tmp_path, "proposer-dp0", alone_in_group=False)
     assert "corpus exchange is off" in caplog.text
     _finish_a_call(a)
     assert "exchange_published_total" not in a.driver.counters
@@ -206,7 +206,7 @@ def test_redis_exchange_without_redis_py_runs_alone(
     settings = EngineSettings(exchange_url="redis://127.0.0.1:1/0")
     proposer = proposer_mod.AgentspecProposer(vllm_config_stand_in(K), settings)  # type: ignore[arg-type]
     with caplog.at_level(logging.ERROR, logger="vllm.agentspec.proposer"):
-        proposer.bind(publish=False, worker_name="proposer-dp0", exchange_ok=True)
+        proposer.bind(publish=False, worker_name="proposer-dp0", alone_in_group=True)
     assert "corpus exchange through redis://127.0.0.1:1/0 is off" in caplog.text and "redis" in caplog.text
     _finish_a_call(proposer)
     assert "exchange_published_total" not in proposer.driver.counters
@@ -279,7 +279,7 @@ def _dense_dp_engine(exchange_dir: Path, index: int):
     # One replica id for the whole server, as `agentspec serve` gives its engines.
     settings = EngineSettings(exchange_dir=str(exchange_dir), exchange_interval_s=0.5, replica_id="host-8000")
     proposer = proposer_mod.AgentspecProposer(config, settings)  # type: ignore[arg-type]
-    proposer.bind(publish=False, worker_name=_worker_name(SimpleNamespace(vllm_config=config)), exchange_ok=True)
+    proposer.bind(publish=False, worker_name=_worker_name(SimpleNamespace(vllm_config=config)), alone_in_group=True)
     return proposer
 
 
