@@ -28,8 +28,9 @@ from agentspec.testing.server_kinds import KindContext, ServerKind
 ENV_MAX_STARTING = "AGENTSPEC_TEST_SERVER_STARTS"
 #: Seconds a server has from its launch to answer ``/health``.
 START_TIMEOUT_S = 300.0
-#: No server is started ahead of its tests while this many are alive (about 2.5 GB each).
-PREFETCH_MAX_ALIVE = 3
+#: No server is started ahead of its tests while this many are alive (about 2.5 GB each:
+#: a 2-core, 24 GB machine keeps the whole run under 12 GB).
+PREFETCH_MAX_ALIVE = 2
 
 
 def available_cpus() -> list[int]:
