@@ -21,6 +21,8 @@ stage() {
 }
 stage setup scripts/bootstrap.sh
 [ "$status" = 0 ] || exit "$status"
+# The vLLM releases checked from their files alone (the contract tests read the wheels).
+stage wheels scripts/fetch_vllm_wheels.sh
 # Debian's packages the tests use for real: bubblewrap (the example harness confines
 # model-written commands with it) and redis-server (the Redis exchange's tests). Where one
 # cannot be had, its tests skip, saying so.

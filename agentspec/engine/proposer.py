@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from time import perf_counter
 from typing import Any, ClassVar
 
-from vllm.config import VllmConfig
+from vllm.config.vllm import VllmConfig
 from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
 
 from agentspec import wire

@@ -24,14 +24,13 @@ class VllmArgsError(ValueError):
 
 
 def _parser() -> Any:
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    from agentspec.engine.vllm_surface import load
 
-    class _Parser(FlexibleArgumentParser):  # type: ignore[misc]
+    class _Parser(load("FlexibleArgumentParser")):  # type: ignore[misc]
         def error(self, message: str) -> NoReturn:
             raise VllmArgsError(f"vLLM's options: {message}")
 
-    return make_arg_parser(_Parser(prog="agentspec serve", add_help=False))
+    return load("make_arg_parser")(_Parser(prog="agentspec serve", add_help=False))
 
 
 def _model_of(ns: argparse.Namespace) -> str | None:
@@ -43,9 +42,9 @@ def _model_of(ns: argparse.Namespace) -> str | None:
 
 def _given_model(value: object) -> bool:
     # vLLM's --model has a default (a small public model); only one the user gave counts.
-    from vllm.engine.arg_utils import EngineArgs
+    from agentspec.engine.vllm_surface import load
 
-    return isinstance(value, str) and value != EngineArgs.model
+    return isinstance(value, str) and value != load("EngineArgs.model")
 
 
 def split_model(args: Sequence[str]) -> tuple[str, list[str]]:

@@ -18,13 +18,26 @@ def test_inert_without_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sys.meta_path == before
 
 
-def test_unsupported_vllm_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("version", ["0.31.2", "0.34.0"])
+def test_unsupported_vllm_fails_clearly(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
     import vllm
 
     monkeypatch.setenv(config.ENV_CONFIG, "{}")
-    monkeypatch.setattr(vllm, "__version__", "0.31.2")
-    with pytest.raises(plugin.UnsupportedVLLMError, match=r"supports vLLM 0\.32\.x; this is vLLM 0\.31\.2"):
+    monkeypatch.setattr(vllm, "__version__", version)
+    with pytest.raises(plugin.UnsupportedVLLMError) as err:
         plugin.register()
+    # The message names what is supported, and how each series was checked.
+    assert (
+        "supports vLLM 0.32.x (tested) and 0.33.x (surface-checked, never run);"
+        f" this is vLLM {version}" in str(err.value)
+    )
+
+
+def test_surface_checked_vllm_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vllm
+
+    monkeypatch.setattr(vllm, "__version__", "0.33.0")
+    assert plugin.check_vllm_version() == "0.33.0"
 
 
 def test_bad_settings_fail_at_start(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -228,7 +228,7 @@ def test_the_patched_runner_checks_at_start_up(monkeypatch: pytest.MonkeyPatch) 
     from agentspec.engine import vllm_fixes
 
     monkeypatch.setattr(vllm_fixes, "apply", lambda: None)  # the CPU sampler fix: not here
-    module = ModuleType("gpu_model_runner_stand_in")
+    module = ModuleType(plugin.RUNNER_MODULE)  # a stand-in under the runner's name
 
     class GPUModelRunner:
         def __init__(self, vllm_config: Any) -> None:

@@ -207,7 +207,7 @@ def test_cpu_worker_refuses_a_v2_runner(monkeypatch: pytest.MonkeyPatch) -> None
     # environment): a stand-in class with the same method, hooked as the plugin hooks it.
     from vllm.v1.worker.cpu import model_runner as cpu_v2
 
-    module = ModuleType("cpu_worker_stand_in")
+    module = ModuleType(plugin.CPU_WORKER_MODULE)  # a stand-in under the worker's name
 
     class CPUWorker:
         def init_device(self) -> None:
@@ -242,7 +242,7 @@ def _runner_module() -> ModuleType:
     from vllm.v1.spec_decode.eagle import EagleProposer
     from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
 
-    module = ModuleType("gpu_model_runner_stand_in")
+    module = ModuleType(plugin.RUNNER_MODULE)  # a stand-in under the runner's name
 
     class GPUModelRunner:
         def __init__(self, vllm_config: Any, device: Any) -> None:

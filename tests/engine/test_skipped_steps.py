@@ -109,7 +109,7 @@ def test_a_request_finishing_in_skipped_steps_is_indexed_in_full(monkeypatch: py
     from agentspec.engine import plugin, vllm_fixes
 
     monkeypatch.setattr(vllm_fixes, "apply", lambda: None)
-    module = ModuleType("gpu_model_runner_stand_in")
+    module = ModuleType(plugin.RUNNER_MODULE)  # a stand-in under the runner's name
 
     class GPUModelRunner:
         def __init__(self, drafter: Any) -> None:

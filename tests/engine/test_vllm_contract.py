@@ -64,32 +64,15 @@ def test_runner_module_global_suffix_proposer() -> None:
         assert gpu_model_runner.SuffixDecodingProposer is SuffixDecodingProposer
 
 
-def test_runner_builds_the_suffix_drafter_from_the_module_global() -> None:
-    source = inspect.getsource(inspect.unwrap(GPUModelRunner.__init__))
-    assert 'method == "suffix"' in source
-    assert "self.drafter = SuffixDecodingProposer(self.vllm_config)" in source
-
-
 def test_runner_attributes_set_in_init() -> None:
     # _update_states' wrapper reads self.drafter, self.requests and self.vllm_config.
     for name in ("drafter", "requests", "vllm_config"):
         assert _set_in_init(GPUModelRunner, name), f"GPUModelRunner.__init__ no longer sets self.{name}"
 
 
-def test_runner_calls_propose_as_the_override_accepts() -> None:
-    source = inspect.getsource(GPUModelRunner)
-    # The call in the suffix branch: no other branch (elif/else) between the test and the call.
-    branch = r'method == "suffix":(?:(?!\belif\b|\belse\b).)*?'
-    call = re.search(branch + r"self\.drafter\.propose\((.*?)\)", source, re.DOTALL)
-    assert call is not None, "the runner's suffix branch no longer calls self.drafter.propose"
-    args = [a.strip() for a in call.group(1).split(",") if a.strip()]
-    assert args == [
-        "num_spec_tokens_to_schedule",
-        "self.input_batch",
-        "sampled_token_ids",
-        "slot_mappings=slot_mappings",
-    ]
-    # Those arguments bind to the override (three positional, slot_mappings by name).
+def test_override_accepts_the_runners_call() -> None:
+    # How the runner calls it (three positional, slot_mappings by name) is read from its
+    # source, installed and in the wheels of the surface-checked releases, in test_vllm_surface.
     inspect.signature(AgentspecProposer.propose).bind(None, 3, object(), [[1]], slot_mappings=None)
 
 
@@ -283,3 +266,75 @@ def test_runner_calls_the_draft_model_proposer_as_the_hybrid_expects() -> None:
     assert _params(RejectionSampler.parse_output)[:3] == ["output_token_ids", "vocab_size", "discard_req_indices"]
     # A list of drafts per request is taken as it is (synchronous scheduling).
     assert "if isinstance(self._draft_token_ids, list):" in inspect.getsource(GPUModelRunner._get_draft_token_ids_cpu)
+
+
+# ---------------------------------------------------------------------- what only CUDA runs
+
+
+def _async_default_disabled_for(method: str) -> bool:
+    """Evaluate vLLM's own condition for turning async scheduling off by default for a
+    speculative method (``VllmConfig``'s ``async_scheduling is None`` branch), read from
+    its source. On CPU the platform forces async off first, so this is how the CUDA
+    default can be seen here."""
+    import ast
+    from types import SimpleNamespace
+
+    from vllm.config import vllm as vllm_config_module
+
+    tree = ast.parse(inspect.getsource(vllm_config_module))
+    branch = next(
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If)
+        and ast.unparse(node.test) == "self.scheduler_config.async_scheduling is None"
+    )
+    # The elif chain under it: the branch whose test reads the speculative method.
+    node = branch.body[0]
+    while isinstance(node, ast.If) and "speculative_config.method" not in ast.unparse(node.test):
+        node = node.orelse[0]
+    assert isinstance(node, ast.If), "vLLM's async default no longer depends on the speculative method"
+    spec = SimpleNamespace(method=method, disable_padded_drafter_batch=False)
+    this = SimpleNamespace(speculative_config=spec)
+    return bool(eval(compile(ast.Expression(node.test), "<vllm async default>", "eval"), vars(vllm_config_module), {"self": this}))
+
+
+def test_async_scheduling_defaults_on_for_the_hybrids_methods() -> None:
+    # vLLM turns async scheduling on by default for draft_model and EAGLE (on CUDA), where
+    # the hybrid's list drafts would trip its tensor assertion: why the patched runner
+    # refuses async under the hybrid (test_runner_pin) and serve passes --no-async-scheduling.
+    assert _async_default_disabled_for("suffix") is True
+    for method in ("draft_model", "eagle", "eagle3"):
+        assert _async_default_disabled_for(method) is False, method
+
+
+def test_data_parallel_engines_keep_their_index_after_the_rank_reset() -> None:
+    # vLLM runs each data-parallel engine of a dense model as an independent DP=1 engine and
+    # resets its rank to 0; agentspec names engines by data_parallel_index, which survives.
+    from vllm.config import ParallelConfig
+
+    from agentspec.engine.proposer import data_parallel_index
+
+    config = ParallelConfig(data_parallel_size=2, data_parallel_rank=1)
+    config.reconfigure_for_independent_dp_rank()
+    assert (config.data_parallel_rank, config.data_parallel_size) == (0, 1)
+    assert data_parallel_index(config) == 1
+
+
+def test_full_cudagraph_sizes_for_serves_draft_length() -> None:
+    # Under FULL decode graphs the V1 runner rounds capture sizes to multiples of 1 + K. With
+    # serve's K = 32 and vLLM's default 512-token ceiling, graphs cover at most 15 decoding
+    # requests (docs/engine.md, "Running on GPUs", says how to raise the ceiling).
+    from vllm.config.compilation import CompilationConfig
+
+    from agentspec.engine.serve import default_speculative_config
+
+    k = default_speculative_config()["num_speculative_tokens"]
+    assert k == 32
+    grid = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]  # vLLM's default grid to 512
+    config = CompilationConfig(cudagraph_capture_sizes=grid, max_cudagraph_capture_size=512)
+    config.adjust_cudagraph_sizes_for_spec_decode(k + 1)
+    assert config.cudagraph_capture_sizes == [33 * n for n in range(1, 16)]
+    # With the ceiling at 32 requests' worth (1056 tokens), they cover 32.
+    config = CompilationConfig(cudagraph_capture_sizes=[*grid, *range(528, 1057, 16), 1056], max_cudagraph_capture_size=1056)
+    config.adjust_cudagraph_sizes_for_spec_decode(k + 1)
+    assert max(config.cudagraph_capture_sizes) == 33 * 32

@@ -48,9 +48,9 @@ def model_fingerprint(model_config: Any) -> str:
     base = f"{model_config.served_model_name}:{model_config.get_vocab_size()}"
     try:
         # The engine loaded this tokenizer already (lru-cached per process): cheap here.
-        from vllm.tokenizers import cached_tokenizer_from_config
+        from agentspec.engine.vllm_surface import load
 
-        tokenizer = cached_tokenizer_from_config(model_config)
+        tokenizer = load("cached_tokenizer_from_config")(model_config)
         if tokenizer is None:
             raise ValueError("the server runs without a tokenizer")
         return f"{base}:{tokenizer_digest(tokenizer)}"
