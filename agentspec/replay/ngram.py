@@ -57,10 +57,10 @@ def ngram_drafter(impl: str = "auto") -> tuple[NgramFn, str]:
     if impl not in ("auto", "vllm", "numpy"):
         raise ValueError(f"unknown ngram implementation {impl!r}")
     if impl != "numpy":
+        from agentspec.engine.vllm.surface import load
+
         try:
-            from vllm.v1.spec_decode.ngram_proposer import (
-                _find_longest_matched_ngram_and_propose_tokens as vllm_fn,
-            )
+            vllm_fn = load("ngram_propose")
         except ImportError:
             if impl == "vllm":
                 raise

@@ -18,7 +18,8 @@ from engine_helpers import vllm_config_stand_in
 
 from agentspec.engine.config import EngineSettings
 
-proposer_mod = pytest.importorskip("agentspec.engine.proposer", reason="needs vLLM")
+proposer_mod = pytest.importorskip("agentspec.engine.vllm.proposers", reason="needs vLLM")
+from agentspec.engine import drafting  # noqa: E402
 
 K = 8  # num_speculative_tokens
 OUTPUT = list(range(1000, 1024))  # what replica A generates
@@ -35,7 +36,7 @@ class _Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     clock = _Clock()
-    monkeypatch.setattr(proposer_mod, "time", clock)
+    monkeypatch.setattr(drafting, "time", clock)
     return clock
 
 
@@ -118,7 +119,7 @@ def test_a_catch_up_is_spread_over_steps(tmp_path: Path, monkeypatch: pytest.Mon
     """Outputs that arrive together are indexed a step budget at a time (one at least per
     step), not all in one step that would stall the batch."""
     clock = _TickingClock(tick=0.004)
-    monkeypatch.setattr(proposer_mod, "time", clock)
+    monkeypatch.setattr(drafting, "time", clock)
     a, b = _proposer(tmp_path, "proposer-dp0"), _proposer(tmp_path, "proposer-dp1")
     assert b.settings.exchange_step_budget_s == 0.01
     for k in range(6):
@@ -217,7 +218,7 @@ def test_replicas_of_another_tokenizer_do_not_exchange(
 ) -> None:
     # Same served name and vocabulary size; the tokenizers' digests differ.
     fingerprints = iter(["m:512:aaaaaaaaaaaaaaaa", "m:512:bbbbbbbbbbbbbbbb"])
-    monkeypatch.setattr(proposer_mod, "model_fingerprint", lambda _config: next(fingerprints))
+    monkeypatch.setattr(drafting, "model_fingerprint", lambda _config: next(fingerprints))
     a, b = _proposer(tmp_path, "proposer-dp0"), _proposer(tmp_path, "proposer-dp1")
     assert a.model_fingerprint != b.model_fingerprint
     _finish_a_call(a)
@@ -252,11 +253,11 @@ def test_the_fingerprint_digests_the_tokenizer_as_loaded(tmp_path: Path, tiny_mo
             data = {**data, "added_tokens": [*data["added_tokens"], extra]}
         return data
 
-    ours = proposer_mod.model_fingerprint(config(tiny_model_dir))
+    ours = drafting.model_fingerprint(config(tiny_model_dir))
     assert ours.startswith("m:4096:") and len(ours.rsplit(":", 1)[1]) == 16
     # Another copy, written differently and with another chat template: the same ids.
-    assert proposer_mod.model_fingerprint(config(copy("same", other_template))) == ours
-    assert proposer_mod.model_fingerprint(config(copy("other", one_more_token))) != ours
+    assert drafting.model_fingerprint(config(copy("same", other_template))) == ours
+    assert drafting.model_fingerprint(config(copy("other", one_more_token))) != ours
 
 
 def test_closing_the_exchange_stops_it(tmp_path: Path, clock: _Clock) -> None:
@@ -272,7 +273,7 @@ def test_closing_the_exchange_stops_it(tmp_path: Path, clock: _Clock) -> None:
 def _dense_dp_engine(exchange_dir: Path, index: int):
     """An engine of a dense model served with data parallelism, as vLLM configures it: its
     ``data_parallel_rank`` reset to 0, the deployment's rank in ``data_parallel_index``."""
-    from agentspec.engine.plugin import _worker_name
+    from agentspec.engine.vllm.runner import worker_name as _worker_name
 
     config = vllm_config_stand_in(K)
     config.parallel_config = SimpleNamespace(data_parallel_rank=0, data_parallel_index=index)

@@ -8,7 +8,9 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from agentspec.engine import config, plugin
+from agentspec.engine import config
+from agentspec.engine.vllm import import_hook, plugin, workers
+from agentspec.engine.vllm import runner as runner_patch
 
 
 def test_inert_without_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,7 +58,7 @@ def test_exchange_only_for_a_rank_alone_in_its_groups(tp: int, pp: int, alone: b
 
     parallel = SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=pp)
     runner = SimpleNamespace(vllm_config=SimpleNamespace(parallel_config=parallel))
-    assert plugin._is_alone_in_group(runner) is alone
+    assert runner_patch._is_alone_in_group(runner) is alone
 
 
 def test_v2_model_runner_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,18 +82,33 @@ def test_v1_model_runner_accepted(monkeypatch: pytest.MonkeyPatch, value: str | 
     # them out of this process, restoring sys.meta_path and patching nothing.
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     patched: list[object] = []
-    monkeypatch.setattr(plugin, "_patch_runner", patched.append)
-    monkeypatch.setattr(plugin, "_patch_gpu_worker", lambda module: None)
-    monkeypatch.setattr(plugin, "_patch_cpu_worker", lambda module: None)
+    monkeypatch.setattr(runner_patch, "patch_runner", patched.append)
+    monkeypatch.setattr(workers, "patch_gpu_worker", lambda module: None)
+    monkeypatch.setattr(workers, "patch_cpu_worker", lambda module: None)
     plugin.register()
-    module = sys.modules.get(plugin.RUNNER_MODULE)
+    module = sys.modules.get(runner_patch.RUNNER_MODULE)
     if module is not None:
         assert patched == [module]
     else:
-        assert any(isinstance(f, plugin._PatchOnImport) for f in sys.meta_path)
+        assert any(isinstance(f, import_hook._PatchOnImport) for f in sys.meta_path)
 
 
 def test_v2_model_runner_ignored_without_agentspec(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(config.ENV_CONFIG, raising=False)
     monkeypatch.setenv(plugin.V2_RUNNER_ENV, "1")
     plugin.register()  # a plain vLLM server may run whichever runner it likes
+
+
+def test_the_old_names_still_work() -> None:
+    # Kept for a release (CHANGELOG): entry points and commands written against them.
+    import importlib.metadata
+
+    from agentspec.engine import launch as old_launch
+    from agentspec.engine import plugin as old_plugin
+    from agentspec.engine.vllm import launch
+
+    assert old_plugin.register is plugin.register
+    assert old_launch.main is launch.main
+    # The installed entry point is the new one.
+    points = importlib.metadata.entry_points(group="vllm.general_plugins")
+    assert [p.value for p in points if p.name == "agentspec"] == ["agentspec.engine.vllm.plugin:register"]

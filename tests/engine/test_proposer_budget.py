@@ -18,7 +18,7 @@ from agentspec.engine.config import EngineSettings
 from agentspec.engine.step_log import read_step_log
 from agentspec.model_budget import ModelBudget
 
-proposer_mod = pytest.importorskip("agentspec.engine.proposer", reason="needs vLLM")
+proposer_mod = pytest.importorskip("agentspec.engine.vllm.proposers", reason="needs vLLM")
 
 K = 8
 

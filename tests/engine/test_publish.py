@@ -15,7 +15,8 @@ from engine_helpers import vllm_config_stand_in
 
 from agentspec.engine.config import EngineSettings
 
-proposer_mod = pytest.importorskip("agentspec.engine.proposer", reason="needs vLLM")
+proposer_mod = pytest.importorskip("agentspec.engine.vllm.proposers", reason="needs vLLM")
+from agentspec.engine import drafting  # noqa: E402
 
 
 class _Clock:
@@ -36,16 +37,16 @@ def _timed_proposer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_cost_
     """A bound proposer on a test clock whose snapshots take ``write_cost_s`` to write;
     returns it, the clock and the list of times a snapshot was written."""
     clock = _Clock()
-    monkeypatch.setattr(proposer_mod, "time", clock)
+    monkeypatch.setattr(drafting, "time", clock)
     writes: list[float] = []
-    real_write = proposer_mod.SnapshotWriter.write
+    real_write = drafting.SnapshotWriter.write
 
     def timed_write(self, snapshot):
         writes.append(clock.now)
         real_write(self, snapshot)
         clock.now += write_cost_s
 
-    monkeypatch.setattr(proposer_mod.SnapshotWriter, "write", timed_write)
+    monkeypatch.setattr(drafting.SnapshotWriter, "write", timed_write)
     proposer = _proposer(tmp_path)
     proposer.bind(publish=True)  # the first snapshot, at t=0
     return proposer, clock, writes

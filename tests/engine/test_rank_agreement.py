@@ -24,10 +24,12 @@ from engine_helpers import vllm_config_stand_in
 
 from agentspec.engine.config import DrafterSettings, EngineSettings
 
-hybrid_mod = pytest.importorskip("agentspec.engine.hybrid", reason="needs vLLM")
+hybrid_mod = pytest.importorskip("agentspec.engine.vllm.proposers", reason="needs vLLM")
 import torch  # noqa: E402 - vLLM's dependency
 
-from agentspec.engine import plugin, proposer  # noqa: E402
+from agentspec.engine import drafting, hybrid_drafting  # noqa: E402
+from agentspec.engine.vllm import plugin  # noqa: E402
+from agentspec.engine.vllm import runner as runner_patch  # noqa: E402
 from agentspec.model_budget import ModelBudget  # noqa: E402
 
 K = 8
@@ -105,8 +107,8 @@ def _params(req_id: str) -> SimpleNamespace:
 
 def test_ranks_on_different_clocks_draft_alike_and_run_the_same_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     clocks = RankClocks(TICKS)
-    monkeypatch.setattr(proposer, "perf_counter", clocks)
-    monkeypatch.setattr(hybrid_mod, "perf_counter", clocks)
+    monkeypatch.setattr(drafting, "perf_counter", clocks)
+    monkeypatch.setattr(hybrid_drafting, "perf_counter", clocks)
     ranks = [_hybrid(SETTINGS) for _ in TICKS]
     requests = _requests()
     passes: list[list[int]] = [[] for _ in ranks]
@@ -175,8 +177,8 @@ def test_the_drafters_time_steers_the_budget_only_for_a_worker_alone(
         return torch.zeros((1, num_speculative_tokens), dtype=torch.long)
 
     clock = RankClocks((1e-3,))
-    monkeypatch.setattr(proposer, "perf_counter", clock)
-    monkeypatch.setattr(hybrid_mod, "perf_counter", clock)
+    monkeypatch.setattr(drafting, "perf_counter", clock)
+    monkeypatch.setattr(hybrid_drafting, "perf_counter", clock)
     monkeypatch.setattr(hybrid_mod.SpecDecodeBaseProposer, "propose", forward)
     assert _bound_after_one_step(alone_in_group=True).driver.budget.drafter_s[True] > 0
     with caplog.at_level(logging.INFO, logger="vllm.agentspec.proposer"):
@@ -187,7 +189,7 @@ def test_the_drafters_time_steers_the_budget_only_for_a_worker_alone(
     # The suffix method runs no forward passes, and vLLM keeps rank 0's drafts only: its
     # ranks need not agree, so its clock steers in a group too.
     def suffix_proposer() -> Any:
-        return proposer.AgentspecProposer(vllm_config_stand_in(K), SETTINGS)  # type: ignore[arg-type]
+        return hybrid_mod.AgentspecProposer(vllm_config_stand_in(K), SETTINGS)  # type: ignore[arg-type]
 
     suffix = _bound_after_one_step(alone_in_group=False, make=suffix_proposer)
     assert suffix.driver.budget.drafter_s[True] > 0
@@ -207,17 +209,17 @@ def _config(*, moe: bool, dp: int) -> SimpleNamespace:
 def test_the_hybrid_is_refused_on_a_moe_model_with_data_parallelism() -> None:
     hybrid = hybrid_mod.HybridProposer.__new__(hybrid_mod.HybridProposer)
     with pytest.raises(plugin.UnsupportedVLLMError, match="data_parallel_size=2") as err:
-        plugin.check_data_parallel_moe(_config(moe=True, dp=2), hybrid)
+        runner_patch.check_data_parallel_moe(_config(moe=True, dp=2), hybrid)
     message = str(err.value)
     assert "\n" not in message
     assert "without --agentspec-drafter" in message and "without data parallelism" in message
     # A dense model's engines run independently; one MoE engine agrees with itself.
-    plugin.check_data_parallel_moe(_config(moe=False, dp=2), hybrid)
-    plugin.check_data_parallel_moe(_config(moe=True, dp=1), hybrid)
+    runner_patch.check_data_parallel_moe(_config(moe=False, dp=2), hybrid)
+    runner_patch.check_data_parallel_moe(_config(moe=True, dp=1), hybrid)
     # The index alone runs no drafter passes; a rank without a drafter (pipeline parallel).
-    suffix = proposer.AgentspecProposer.__new__(proposer.AgentspecProposer)
-    plugin.check_data_parallel_moe(_config(moe=True, dp=2), suffix)
-    plugin.check_data_parallel_moe(_config(moe=True, dp=2), None)
+    suffix = hybrid_mod.AgentspecProposer.__new__(hybrid_mod.AgentspecProposer)
+    runner_patch.check_data_parallel_moe(_config(moe=True, dp=2), suffix)
+    runner_patch.check_data_parallel_moe(_config(moe=True, dp=2), None)
 
 
 def test_the_patched_runner_checks_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -225,10 +227,10 @@ def test_the_patched_runner_checks_at_start_up(monkeypatch: pytest.MonkeyPatch) 
     from vllm.v1.spec_decode.eagle import EagleProposer
     from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
 
-    from agentspec.engine import vllm_fixes
+    from agentspec.engine.vllm import fixes as vllm_fixes
 
     monkeypatch.setattr(vllm_fixes, "apply", lambda: None)  # the CPU sampler fix: not here
-    module = ModuleType(plugin.RUNNER_MODULE)  # a stand-in under the runner's name
+    module = ModuleType(runner_patch.RUNNER_MODULE)  # a stand-in under the runner's name
 
     class GPUModelRunner:
         def __init__(self, vllm_config: Any) -> None:
@@ -243,7 +245,7 @@ def test_the_patched_runner_checks_at_start_up(monkeypatch: pytest.MonkeyPatch) 
     module.SuffixDecodingProposer = SuffixDecodingProposer  # type: ignore[attr-defined]
     module.DraftModelProposer = DraftModelProposer  # type: ignore[attr-defined]
     module.EagleProposer = EagleProposer  # type: ignore[attr-defined]
-    plugin._patch_runner(module)
+    runner_patch.patch_runner(module)
     with pytest.raises(plugin.UnsupportedVLLMError, match="mixture-of-experts"):
         GPUModelRunner(_config(moe=True, dp=4))
     assert isinstance(GPUModelRunner(_config(moe=False, dp=4)).drafter, hybrid_mod.HybridProposer)

@@ -20,7 +20,9 @@ from typer.testing import CliRunner
 
 pytest.importorskip("vllm")
 
-from agentspec.engine import config, plugin  # noqa: E402
+from agentspec.engine import config  # noqa: E402
+from agentspec.engine.vllm import import_hook, plugin, workers  # noqa: E402
+from agentspec.engine.vllm import runner as runner_patch  # noqa: E402
 from agentspec.engine.config import EngineSettings  # noqa: E402
 from agentspec.engine.serve import build_env  # noqa: E402
 
@@ -36,7 +38,7 @@ def agentspec_on(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     monkeypatch.setenv(plugin.V2_RUNNER_ENV, "")  # records the value to restore
     monkeypatch.delenv(plugin.V2_RUNNER_ENV)
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
-    monkeypatch.setattr(plugin, "_patch_runner", lambda module: None)
+    monkeypatch.setattr(runner_patch, "patch_runner", lambda module: None)
     for name in ("_patch_gpu_worker", "_patch_cpu_worker"):
         monkeypatch.setattr(plugin, name, lambda module: None, raising=False)
     return monkeypatch
@@ -143,8 +145,8 @@ def hooked_gpu_worker(monkeypatch: pytest.MonkeyPatch) -> Any:
     from vllm.v1.worker import gpu_worker
 
     monkeypatch.setattr(gpu_worker.Worker, "_make_model_runner", gpu_worker.Worker._make_model_runner)
-    monkeypatch.setattr(gpu_worker, plugin._PATCHED_ATTR, False, raising=False)
-    plugin._patch_gpu_worker(gpu_worker)
+    monkeypatch.setattr(gpu_worker, import_hook.PATCHED_ATTR, False, raising=False)
+    workers.patch_gpu_worker(gpu_worker)
     return gpu_worker.Worker
 
 
@@ -168,7 +170,7 @@ def test_gpu_worker_refuses_a_drafter_not_agentspecs(monkeypatch: pytest.MonkeyP
     from vllm.v1.spec_decode.ngram_proposer import NgramProposer
     from vllm.v1.worker import gpu_model_runner as v1
 
-    from agentspec.engine.proposer import AgentspecProposer
+    from agentspec.engine.vllm.proposers import AgentspecProposer
 
     drafters = {"ngram": NgramProposer, "suffix": AgentspecProposer}
 
@@ -179,7 +181,7 @@ def test_gpu_worker_refuses_a_drafter_not_agentspecs(monkeypatch: pytest.MonkeyP
             self.drafter = _stub(drafters[self.speculative_config.method])
 
     monkeypatch.setattr(v1, "GPUModelRunner", V1Runner)
-    monkeypatch.setattr(v1, plugin._PATCHED_ATTR, True, raising=False)  # as register() leaves it
+    monkeypatch.setattr(v1, import_hook.PATCHED_ATTR, True, raising=False)  # as register() leaves it
 
     def worker(method: str) -> SimpleNamespace:
         spec = SimpleNamespace(method=method)
@@ -196,9 +198,9 @@ def test_an_unpatched_v1_runner_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
     # The V1 runner module imported before the plugin could patch it: agentspec is not in the loop.
     from vllm.v1.worker import gpu_model_runner as v1
 
-    monkeypatch.setattr(v1, plugin._PATCHED_ATTR, False, raising=False)
+    monkeypatch.setattr(v1, import_hook.PATCHED_ATTR, False, raising=False)
     with pytest.raises(plugin.UnsupportedVLLMError) as err:
-        plugin.check_built_runner(_stub(v1.GPUModelRunner))
+        workers.check_built_runner(_stub(v1.GPUModelRunner))
     _assert_one_line_refusal(err)
 
 
@@ -207,14 +209,14 @@ def test_cpu_worker_refuses_a_v2_runner(monkeypatch: pytest.MonkeyPatch) -> None
     # environment): a stand-in class with the same method, hooked as the plugin hooks it.
     from vllm.v1.worker.cpu import model_runner as cpu_v2
 
-    module = ModuleType(plugin.CPU_WORKER_MODULE)  # a stand-in under the worker's name
+    module = ModuleType(workers.CPU_WORKER_MODULE)  # a stand-in under the worker's name
 
     class CPUWorker:
         def init_device(self) -> None:
             self.model_runner = _stub(cpu_v2.CPUModelRunner)
 
     module.CPUWorker = CPUWorker  # type: ignore[attr-defined]
-    plugin._patch_cpu_worker(module)
+    workers.patch_cpu_worker(module)
     with pytest.raises(plugin.UnsupportedVLLMError) as err:
         CPUWorker().init_device()
     _assert_one_line_refusal(err)
@@ -229,7 +231,7 @@ def test_the_hooks_sit_where_vllm_builds_its_runner() -> None:
 
     assert "self.model_runner: GPUModelRunner = self._make_model_runner()" in inspect.getsource(gpu_worker.Worker)
     assert "self.model_runner = CPUModelRunner(" in inspect.getsource(inspect.unwrap(cpu_worker.CPUWorker.init_device))
-    assert plugin.GPU_WORKER_MODULE == gpu_worker.__name__ and plugin.CPU_WORKER_MODULE == cpu_worker.__name__
+    assert workers.GPU_WORKER_MODULE == gpu_worker.__name__ and workers.CPU_WORKER_MODULE == cpu_worker.__name__
 
 
 # ---------------------------------------------------------------------- async scheduling (the runner)
@@ -242,7 +244,7 @@ def _runner_module() -> ModuleType:
     from vllm.v1.spec_decode.eagle import EagleProposer
     from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
 
-    module = ModuleType(plugin.RUNNER_MODULE)  # a stand-in under the runner's name
+    module = ModuleType(runner_patch.RUNNER_MODULE)  # a stand-in under the runner's name
 
     class GPUModelRunner:
         def __init__(self, vllm_config: Any, device: Any) -> None:
@@ -264,12 +266,12 @@ def _runner_module() -> ModuleType:
 
 
 def test_the_hybrid_refuses_async_scheduling(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentspec.engine import vllm_fixes
-    from agentspec.engine.hybrid import HybridProposer
+    from agentspec.engine.vllm import fixes as vllm_fixes
+    from agentspec.engine.vllm.proposers import HybridProposer
 
     monkeypatch.setattr(vllm_fixes, "apply", lambda: None)  # the CPU sampler fix: not here
     module = _runner_module()
-    plugin._patch_runner(module)
+    runner_patch.patch_runner(module)
 
     def runner(method: str, async_scheduling: bool) -> Any:
         cfg = SimpleNamespace(
@@ -288,13 +290,13 @@ def test_the_hybrid_refuses_async_scheduling(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_the_async_check_reads_the_config() -> None:
-    from agentspec.engine.hybrid import HybridEagleProposer
-    from agentspec.engine.proposer import AgentspecProposer
+    from agentspec.engine.vllm.proposers import HybridEagleProposer
+    from agentspec.engine.vllm.proposers import AgentspecProposer
 
     on = SimpleNamespace(scheduler_config=SimpleNamespace(async_scheduling=True))
     with pytest.raises(plugin.UnsupportedVLLMError, match="--no-async-scheduling"):
-        plugin.check_async_scheduling(on, _stub(HybridEagleProposer))
-    plugin.check_async_scheduling(on, _stub(AgentspecProposer))
-    plugin.check_async_scheduling(on, None)  # a rank without a drafter (pipeline parallel)
+        runner_patch.check_async_scheduling(on, _stub(HybridEagleProposer))
+    runner_patch.check_async_scheduling(on, _stub(AgentspecProposer))
+    runner_patch.check_async_scheduling(on, None)  # a rank without a drafter (pipeline parallel)
     off = SimpleNamespace(scheduler_config=SimpleNamespace(async_scheduling=False))
-    plugin.check_async_scheduling(off, _stub(HybridEagleProposer))
+    runner_patch.check_async_scheduling(off, _stub(HybridEagleProposer))

@@ -33,7 +33,7 @@ def _app() -> typer.Typer:
 
 def test_defaults_and_passthrough() -> None:
     cmd = build_command("m", ["--port", "8001", "--max-model-len=4096", "--enforce-eager"])
-    assert cmd[1:5] == ["-m", "agentspec.engine.launch", "--model", "m"]
+    assert cmd[1:5] == ["-m", "agentspec.engine.vllm.launch", "--model", "m"]
     assert cmd[5:9] == ["--port", "8001", "--max-model-len=4096", "--enforce-eager"]
     spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
     assert spec["method"] == "suffix" and spec["num_speculative_tokens"] == 32

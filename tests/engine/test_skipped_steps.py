@@ -25,7 +25,7 @@ from engine_helpers import completion_ok, server_stats, session_stats, vllm_conf
 from agentspec.engine.config import DrafterSettings, EngineSettings
 from agentspec.engine.tenancy import SHARED_TENANT
 
-proposer_mod = pytest.importorskip("agentspec.engine.proposer", reason="needs vLLM")
+proposer_mod = pytest.importorskip("agentspec.engine.vllm.proposers", reason="needs vLLM")
 
 K = 8
 PROMPT = list(range(100, 120))
@@ -106,10 +106,11 @@ def test_a_request_finishing_in_skipped_steps_is_indexed_in_full(monkeypatch: py
     from vllm.v1.spec_decode.eagle import EagleProposer
     from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
 
-    from agentspec.engine import plugin, vllm_fixes
+    from agentspec.engine.vllm import fixes as vllm_fixes
+    from agentspec.engine.vllm import runner as runner_patch
 
     monkeypatch.setattr(vllm_fixes, "apply", lambda: None)
-    module = ModuleType(plugin.RUNNER_MODULE)  # a stand-in under the runner's name
+    module = ModuleType(runner_patch.RUNNER_MODULE)  # a stand-in under the runner's name
 
     class GPUModelRunner:
         def __init__(self, drafter: Any) -> None:
@@ -128,7 +129,7 @@ def test_a_request_finishing_in_skipped_steps_is_indexed_in_full(monkeypatch: py
     module.SuffixDecodingProposer = SuffixDecodingProposer  # type: ignore[attr-defined]
     module.DraftModelProposer = DraftModelProposer  # type: ignore[attr-defined]
     module.EagleProposer = EagleProposer  # type: ignore[attr-defined]
-    plugin._patch_runner(module)
+    runner_patch.patch_runner(module)
 
     proposer = _suffix_proposer()
     row = Row("a", PROMPT)
@@ -146,7 +147,7 @@ def test_a_request_finishing_in_skipped_steps_is_indexed_in_full(monkeypatch: py
 
 def test_the_hybrid_still_catches_up() -> None:
     # The hybrid's catch-up is the same code; its step's tokens are not in the row yet.
-    from agentspec.engine.hybrid import HybridProposer
+    from agentspec.engine.vllm.proposers import HybridProposer
 
     settings = EngineSettings(drafter=DrafterSettings(model="org/drafter", num_tokens=2))
     proposer = HybridProposer.__new__(HybridProposer)

@@ -1,6 +1,6 @@
 """The vLLM internals agentspec's plugin and proposer rely on, pinned in one fast test.
 
-:mod:`agentspec.engine.plugin` and :mod:`agentspec.engine.proposer` read private parts of
+:mod:`agentspec.engine.vllm` (the plugin, the runner's patch, the proposers) reads private parts of
 vLLM's V1 model runner. A vLLM upgrade that moves or renames one of them should fail here,
 in seconds and naming the part, rather than as a wrong result in a server test.
 
@@ -25,8 +25,9 @@ from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer  # noqa: 
 from vllm.v1.worker import gpu_model_runner  # noqa: E402
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: E402
 
-from agentspec.engine import plugin  # noqa: E402
-from agentspec.engine.proposer import AgentspecProposer  # noqa: E402
+from agentspec.engine.vllm import import_hook, plugin  # noqa: E402
+from agentspec.engine.vllm import runner as runner_patch  # noqa: E402
+from agentspec.engine.vllm.proposers import AgentspecProposer  # noqa: E402
 
 
 def _params(func: Any) -> list[str]:
@@ -44,11 +45,11 @@ def _dataclass_fields(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
 
 
-# ---------------------------------------------------------------------- the runner (plugin.py)
+# ---------------------------------------------------------------------- the runner (engine.vllm.runner)
 
 
 def test_runner_module_path_is_the_one_the_plugin_hooks() -> None:
-    assert gpu_model_runner.__name__ == plugin.RUNNER_MODULE
+    assert gpu_model_runner.__name__ == runner_patch.RUNNER_MODULE
 
 
 def test_runner_update_states_signature() -> None:
@@ -58,7 +59,7 @@ def test_runner_update_states_signature() -> None:
 
 def test_runner_module_global_suffix_proposer() -> None:
     # The plugin swaps this module global; the runner must look it up there at run time.
-    if getattr(gpu_model_runner, plugin._PATCHED_ATTR, False):  # patched in this process
+    if getattr(gpu_model_runner, import_hook.PATCHED_ATTR, False):  # patched in this process
         assert gpu_model_runner.SuffixDecodingProposer is AgentspecProposer
     else:
         assert gpu_model_runner.SuffixDecodingProposer is SuffixDecodingProposer
@@ -108,7 +109,7 @@ def test_parallel_config_and_distributed_helpers() -> None:
     assert _set_in_init(GroupCoordinator, "world_size")
 
 
-# ---------------------------------------------------------------------- the proposer (proposer.py)
+# ---------------------------------------------------------------------- the proposer (engine.vllm.proposers)
 
 
 def test_suffix_proposer_signatures() -> None:
@@ -203,7 +204,7 @@ def test_runner_choice_follows_the_config_property() -> None:
     assert "self.use_v2_model_runner = vllm_config.use_v2_model_runner" in inspect.getsource(Worker.__init__)
     make = inspect.getsource(Worker._make_model_runner)
     assert "if self.use_v2_model_runner:" in make
-    assert f"from {plugin.RUNNER_MODULE} import GPUModelRunner" in make
+    assert f"from {runner_patch.RUNNER_MODULE} import GPUModelRunner" in make
 
 
 def test_cpu_worker_runner_choice() -> None:
@@ -223,18 +224,18 @@ def test_cpu_worker_runner_choice() -> None:
     assert cpu.CPUModelRunner is CPUModelRunner
 
 
-# ---------------------------------------------------------------------- hybrid drafting (hybrid.py)
+# ---------------------------------------------------------------------- hybrid drafting (engine.vllm.proposers)
 
 
 def test_runner_module_global_draft_model_proposer() -> None:
     # Swapped like the suffix proposer; the runner builds it as (vllm_config, device, runner).
     from vllm.v1.spec_decode.draft_model import DraftModelProposer
 
-    from agentspec.engine.hybrid import HybridProposer
+    from agentspec.engine.vllm.proposers import HybridProposer
 
     from vllm.v1.spec_decode.eagle import EagleProposer
 
-    from agentspec.engine.hybrid import HybridEagleProposer
+    from agentspec.engine.vllm.proposers import HybridEagleProposer
 
     source = inspect.getsource(GPUModelRunner.__init__)
     for parent, child_cls in ((DraftModelProposer, HybridProposer), (EagleProposer, HybridEagleProposer)):
@@ -312,7 +313,7 @@ def test_data_parallel_engines_keep_their_index_after_the_rank_reset() -> None:
     # resets its rank to 0; agentspec names engines by data_parallel_index, which survives.
     from vllm.config import ParallelConfig
 
-    from agentspec.engine.proposer import data_parallel_index
+    from agentspec.engine.drafting import data_parallel_index
 
     config = ParallelConfig(data_parallel_size=2, data_parallel_rank=1)
     config.reconfigure_for_independent_dp_rank()

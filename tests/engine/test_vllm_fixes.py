@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch", reason="the fix is for vLLM's torch tensors")
 
-from agentspec.engine.vllm_fixes import expand_batch_to_tokens
+from agentspec.engine.vllm.fixes import expand_batch_to_tokens
 
 
 def test_by_hand() -> None:

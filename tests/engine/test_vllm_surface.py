@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agentspec.engine import vllm_surface
-from agentspec.engine.vllm_surface import Part, check_sources, sources_of_directory, sources_of_wheel
+from agentspec.engine.vllm import surface as vllm_surface
+from agentspec.engine.vllm.surface import Part, check_sources, sources_of_directory, sources_of_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEELS = ROOT / ".cache" / "vllm-wheels"
@@ -41,6 +41,44 @@ def _vllm_imports() -> set[tuple[str, str]]:
     return found
 
 
+def _runtime_imports_of_vllm(file: Path) -> list[int]:
+    """Lines of ``file`` that import vLLM when run (imports for type checkers excluded)."""
+    tree = ast.parse(file.read_text(encoding="utf-8"))
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for inner in ast.walk(node)
+    }
+    lines = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "vllm" for a in node.names):
+            lines.append(node.lineno)
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "vllm":
+            lines.append(node.lineno)
+    return lines
+
+
+#: The one module outside agentspec.engine.vllm allowed to import vLLM: the test servers'
+#: probe of whether vLLM imports at all (it reads nothing of vLLM's).
+_PROBES_ONLY = {"agentspec/testing/pytest_plugin.py"}
+
+
+def test_only_the_vllm_package_imports_vllm() -> None:
+    package = ROOT / "agentspec" / "engine" / "vllm"
+    outside = {
+        f"{file.relative_to(ROOT).as_posix()}:{line}"
+        for file in (ROOT / "agentspec").rglob("*.py")
+        if package not in file.parents
+        for line in _runtime_imports_of_vllm(file)
+    }
+    assert {entry.partition(":")[0] for entry in outside} <= _PROBES_ONLY, sorted(outside)
+    # The scan finds imports: the package itself has them.
+    assert _runtime_imports_of_vllm(package / "proposers.py")
+
+
 def test_every_vllm_import_of_agentspec_is_in_the_table() -> None:
     paths = {path for p in vllm_surface.SURFACE for path in p.paths}
     modules = {path.partition(":")[0] for path in paths}
@@ -52,10 +90,11 @@ def test_every_vllm_import_of_agentspec_is_in_the_table() -> None:
 
 
 def test_plugin_hooks_the_modules_the_table_names() -> None:
-    from agentspec.engine import plugin
+    from agentspec.engine.vllm import plugin, workers
+    from agentspec.engine.vllm import runner as runner_patch
 
-    assert plugin.RUNNER_MODULE == "vllm.v1.worker.gpu_model_runner" == vllm_surface.module_of("runner_module")
-    assert plugin.CPU_WORKER_MODULE == vllm_surface.module_of("cpu_worker_module")
+    assert runner_patch.RUNNER_MODULE == "vllm.v1.worker.gpu_model_runner" == vllm_surface.module_of("runner_module")
+    assert workers.CPU_WORKER_MODULE == vllm_surface.module_of("cpu_worker_module")
     assert plugin.SUPPORTED_VLLM_SERIES == vllm_surface.SUPPORTED_VLLM_SERIES == ("0.32", "0.33")
 
 

@@ -48,7 +48,7 @@ def model_fingerprint(model_config: Any) -> str:
     base = f"{model_config.served_model_name}:{model_config.get_vocab_size()}"
     try:
         # The engine loaded this tokenizer already (lru-cached per process): cheap here.
-        from agentspec.engine.vllm_surface import load
+        from agentspec.engine.vllm.surface import load
 
         tokenizer = load("cached_tokenizer_from_config")(model_config)
         if tokenizer is None:

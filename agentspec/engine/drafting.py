@@ -1,8 +1,9 @@
-"""The proposer vLLM calls every step: drafts from agentspec's session draft index.
+"""Drafting from agentspec's session draft index, as vLLM's proposers call it each step.
 
-:class:`AgentspecProposer` takes the place of vLLM's ``SuffixDecodingProposer`` (the
-plugin substitutes it; see :mod:`agentspec.engine.plugin`), so vLLM drives it exactly as it
-drives its own suffix method: same call, same verification, same scheduling. What differs:
+:class:`SuffixDrafting` is what :class:`agentspec.engine.vllm.proposers.AgentspecProposer`
+adds to vLLM's ``SuffixDecodingProposer`` (the plugin substitutes it; see
+:mod:`agentspec.engine.vllm.runner`), so vLLM drives it exactly as it drives its own
+suffix method: same call, same verification, same scheduling. What differs:
 
 - it knows each request's session and group (from ``SamplingParams.extra_args``, which the
   middleware fills from every form of session id on the wire) and applies its seeds
@@ -18,12 +19,14 @@ drives its own suffix method: same call, same verification, same scheduling. Wha
   (:mod:`agentspec.engine.exchange`: a folder, or a Redis stream).
 
 All of this but the drafting itself is :class:`SessionDrafting`'s, which the hybrid
-proposer (:mod:`agentspec.engine.hybrid`, the index beside a draft model) shares.
+(:mod:`agentspec.engine.hybrid_drafting`, the index beside a draft model) shares.
 
 Everything it does with a request (seeds, clipping at the stop, verification records,
 budget) is :class:`agentspec.driver.RequestDriver`'s, which the replay benchmark runs too;
-this class only translates vLLM's calls. It is imported only inside vLLM processes (it
-subclasses vLLM's proposer).
+these classes only translate vLLM's calls. This module imports no vLLM: it reads vLLM's
+objects (the config, the input batch, sampling parameters) by the attributes listed in
+:mod:`agentspec.engine.vllm.surface`, and the vLLM subclasses live in
+:mod:`agentspec.engine.vllm.proposers`.
 """
 
 from __future__ import annotations
@@ -38,10 +41,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from time import perf_counter
-from typing import Any, ClassVar
-
-from vllm.config.vllm import VllmConfig
-from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentspec import wire
 from agentspec._extras import missing_message
@@ -63,6 +63,9 @@ from agentspec.errors import DraftIndexError
 from agentspec.index import DraftIndex
 from agentspec.model_budget import ModelBudget
 from agentspec.speed import parse_speed_model
+
+if TYPE_CHECKING:
+    from vllm.config.vllm import VllmConfig
 
 # Under vLLM's logger so the lines appear in the server log with vLLM's formatting
 # (vLLM configures only the "vllm" logger hierarchy).
@@ -431,15 +434,10 @@ class SessionDrafting:
         self._dirty = False
 
 
-class AgentspecProposer(SessionDrafting, SuffixDecodingProposer):
-    """Session-aware suffix drafting with the interface of vLLM's suffix proposer.
-
-    The parent's constructor is deliberately not called: it builds arctic-inference's
-    ``SuffixDecodingCache``, which :class:`~agentspec.index.DraftIndex` replaces.
-    """
-
-    def __init__(self, vllm_config: VllmConfig, settings: EngineSettings | None = None) -> None:
-        self._init_session_drafting(vllm_config, settings)
+class SuffixDrafting(SessionDrafting):
+    """Drafts from the session draft index alone, with the interface of vLLM's suffix
+    proposer (``propose``): :class:`agentspec.engine.vllm.proposers.AgentspecProposer`
+    mixes this in before ``SuffixDecodingProposer``."""
 
     # ------------------------------------------------------------------ vLLM's proposer interface
 

@@ -3,8 +3,10 @@
 vLLM 0.32's model runner holds one drafter, chosen by ``speculative_config.method``, and
 only a ``draft_model`` (or EAGLE) method gets draft weights and a draft KV cache. So
 ``agentspec serve --agentspec-drafter MODEL`` runs the ``draft_model`` method, and the
-plugin substitutes :class:`HybridProposer`, a subclass of vLLM's ``DraftModelProposer``
-that also owns the draft index (:class:`~agentspec.engine.proposer.SessionDrafting`).
+plugin substitutes :class:`~agentspec.engine.vllm.proposers.HybridProposer`, a subclass
+of vLLM's ``DraftModelProposer`` that also owns the draft index
+(:class:`~agentspec.engine.drafting.SessionDrafting`); this module holds its decisions and
+imports no vLLM.
 
 Each step, for each request: the index's draft is computed first (free); the request
 takes it when its expected accepted tokens are at least the model drafter's (measured
@@ -30,45 +32,45 @@ temperature > 0), rows drafted by the index carry one-hot probabilities (their d
 are deterministic), which keeps the sampling exact; such rows are then as long as the
 model's drafts at most.
 
-The plugin hands each step's sampled tokens to :meth:`HybridProposer.take_step` before
-vLLM calls :meth:`HybridProposer.propose` (vLLM passes the draft model only the last
-token of each request). Imported only inside vLLM processes.
+The plugin hands each step's sampled tokens to :meth:`HybridDrafting.take_step` before
+vLLM calls :meth:`HybridDrafting.propose` (vLLM passes the draft model only the last
+token of each request).
 
 Under tensor parallelism every rank drafts (vLLM uses rank 0's drafts) and every rank
 runs the draft model's passes, which hold collectives: each rank decides alone how many
 to run, so each must decide alike. The decision reads only what every rank sees alike
 (the batch, the sampled tokens, the index built from them, the target's verdicts); the
 drafter's measured time, which differs per rank, does not steer the budget there
-(:meth:`~agentspec.engine.proposer.SessionDrafting.bind`).
+(:meth:`~agentspec.engine.drafting.SessionDrafting.bind`).
 """
 
 from __future__ import annotations
 
 import logging
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from vllm.config.vllm import VllmConfig
-from vllm.v1.spec_decode.draft_model import DraftModelProposer
-from vllm.v1.spec_decode.eagle import EagleProposer
-from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
 from agentspec.drafter_choice import DraftPath, ModelDrafterEstimate, choose, model_runs
 from agentspec.engine.config import EngineSettings
-from agentspec.engine.proposer import SessionDrafting
+from agentspec.engine.drafting import SessionDrafting
 from agentspec.errors import DraftIndexError
 from agentspec.index import Draft
 
+if TYPE_CHECKING:
+    from vllm.config.vllm import VllmConfig
+
 logger = logging.getLogger("vllm.agentspec.hybrid")
 
-__all__ = ["HybridDrafting", "HybridEagleProposer", "HybridProposer"]
+__all__ = ["HybridDrafting"]
 
 
 class HybridDrafting(SessionDrafting):
-    """The index beside one of vLLM's model drafters (a subclass of
-    ``SpecDecodeBaseProposer``): a concrete class mixes this in before that proposer and
-    calls :meth:`_init_hybrid` after the proposer's own constructor."""
+    """The index beside one of vLLM's model drafters: a concrete class
+    (:mod:`agentspec.engine.vllm.proposers`) mixes this in before that proposer, calls
+    :meth:`_init_hybrid` after the proposer's own constructor, and runs the model's passes
+    (:meth:`_run_model_drafter`, :meth:`_model_draft_probs`)."""
 
     #: The draft model's passes hold collectives: every rank must run as many.
     ranks_must_agree = True
@@ -157,13 +159,11 @@ class HybridDrafting(SessionDrafting):
         model_started = perf_counter()
         # Always the first pass (the draft KV cache of the verified tokens); the
         # autoregressive passes only when some request takes the model's draft.
-        model_out = SpecDecodeBaseProposer.propose(
-            self, num_speculative_tokens=model_cap if run_model else 0, **kwargs
-        )
+        model_out = self._run_model_drafter(model_cap if run_model else 0, **kwargs)
         self._count("drafter_seconds_total", perf_counter() - model_started)
         self._count("drafter_runs_total" if run_model else "drafter_runs_skipped_total")
         model_rows = model_out.tolist() if run_model else None
-        probs = self._last_draft_probs
+        probs = self._model_draft_probs()
 
         drafts: list[list[int]] = []
         for i, path in enumerate(paths):
@@ -187,6 +187,18 @@ class HybridDrafting(SessionDrafting):
 
         self._end_propose(input_batch, len(drafts), started, budget)
         return drafts
+
+    # ------------------------------------------------------------------ the model drafter (vLLM's)
+
+    def _run_model_drafter(self, num_speculative_tokens: int, **kwargs: Any) -> torch.Tensor:
+        """Run the model drafter's passes: the first always, ``num_speculative_tokens`` in
+        all (0: the first pass only); one row of drafted tokens per request."""
+        raise NotImplementedError
+
+    def _model_draft_probs(self) -> torch.Tensor | None:
+        """The draft probabilities the model drafter kept for rejection sampling, if any
+        (rows are edited in place for the index's drafts)."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ internals
 
@@ -243,31 +255,3 @@ class HybridDrafting(SessionDrafting):
             index = torch.arange(len(tokens), device=probs.device)
             probs[row, index, torch.tensor(tokens, device=probs.device)] = 1.0
         return tokens
-
-
-class HybridProposer(HybridDrafting, DraftModelProposer):
-    """vLLM's draft-model proposer (``method: draft_model``) with the index beside it."""
-
-    def __init__(
-        self,
-        vllm_config: VllmConfig,
-        device: torch.device,
-        runner: Any = None,
-        settings: EngineSettings | None = None,
-    ) -> None:
-        DraftModelProposer.__init__(self, vllm_config, device, runner)
-        self._init_hybrid(vllm_config, settings)
-
-
-class HybridEagleProposer(HybridDrafting, EagleProposer):
-    """vLLM's EAGLE proposer (``method: eagle`` / ``eagle3``) with the index beside it."""
-
-    def __init__(
-        self,
-        vllm_config: VllmConfig,
-        device: torch.device,
-        runner: Any = None,
-        settings: EngineSettings | None = None,
-    ) -> None:
-        EagleProposer.__init__(self, vllm_config, device, runner)
-        self._init_hybrid(vllm_config, settings)

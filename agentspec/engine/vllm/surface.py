@@ -83,12 +83,12 @@ def _p(key: str, kind: Kind, used_by: str, *paths: str) -> Part:
 
 _RUNNER = "vllm.v1.worker.gpu_model_runner"
 _BATCH = "vllm.v1.worker.gpu_input_batch"
-_PLUGIN = "engine.plugin"
-_PROPOSER = "engine.proposer"
-_HYBRID = "engine.hybrid"
+_PLUGIN = "engine.vllm.runner"
+_PROPOSER = "engine.drafting"
+_HYBRID = "engine.hybrid_drafting"
 
 SURFACE: tuple[Part, ...] = (
-    # The V1 model runner: patched in place (engine.plugin).
+    # The V1 model runner: patched in place (engine.vllm.runner).
     _p("runner_module", "module", _PLUGIN, _RUNNER),
     _p("runner", "name", _PLUGIN, f"{_RUNNER}:GPUModelRunner"),
     _p("runner.__init__", "member", _PLUGIN, f"{_RUNNER}:GPUModelRunner.__init__"),
@@ -101,14 +101,14 @@ SURFACE: tuple[Part, ...] = (
         _p(f"runner.{attr}", "init_attr", _PLUGIN, f"{_RUNNER}:GPUModelRunner.{attr}")
         for attr in ("drafter", "requests", "vllm_config", "input_batch", "discard_request_mask", "speculative_config")
     ),
-    # The workers that build the runner: checked after they build it (engine.plugin).
-    _p("gpu_worker_module", "module", _PLUGIN, "vllm.v1.worker.gpu_worker"),
-    _p("gpu_worker._make_model_runner", "member", _PLUGIN, "vllm.v1.worker.gpu_worker:Worker._make_model_runner"),
-    _p("cpu_worker_module", "module", _PLUGIN, "vllm.v1.worker.cpu_worker"),
-    _p("cpu_worker.init_device", "member", _PLUGIN, "vllm.v1.worker.cpu_worker:CPUWorker.init_device"),
-    _p("cpu_worker.model_runner", "init_attr", _PLUGIN, "vllm.v1.worker.cpu_worker:CPUWorker.model_runner"),
-    _p("v2_runner_env", "env", _PLUGIN, "vllm.envs:VLLM_USE_V2_MODEL_RUNNER"),
-    _p("use_v2_model_runner", "member", _PLUGIN, "vllm.config.vllm:VllmConfig.use_v2_model_runner"),
+    # The workers that build the runner: checked after they build it (engine.vllm.workers).
+    _p("gpu_worker_module", "module", "engine.vllm.workers", "vllm.v1.worker.gpu_worker"),
+    _p("gpu_worker._make_model_runner", "member", "engine.vllm.workers", "vllm.v1.worker.gpu_worker:Worker._make_model_runner"),
+    _p("cpu_worker_module", "module", "engine.vllm.workers", "vllm.v1.worker.cpu_worker"),
+    _p("cpu_worker.init_device", "member", "engine.vllm.workers", "vllm.v1.worker.cpu_worker:CPUWorker.init_device"),
+    _p("cpu_worker.model_runner", "init_attr", "engine.vllm.workers", "vllm.v1.worker.cpu_worker:CPUWorker.model_runner"),
+    _p("v2_runner_env", "env", "engine.vllm.plugin", "vllm.envs:VLLM_USE_V2_MODEL_RUNNER"),
+    _p("use_v2_model_runner", "member", "engine.vllm.workers", "vllm.config.vllm:VllmConfig.use_v2_model_runner"),
     # What the runner hands the plugin and the proposers each step.
     _p("SchedulerOutput.finished_req_ids", "member", _PLUGIN, "vllm.v1.core.sched.output:SchedulerOutput.finished_req_ids"),
     _p("SchedulerOutput.scheduled_new_reqs", "member", _PLUGIN, "vllm.v1.core.sched.output:SchedulerOutput.scheduled_new_reqs"),
@@ -153,7 +153,7 @@ SURFACE: tuple[Part, ...] = (
         _p(f"SpeculativeConfig.{attr}", "member", _HYBRID, f"vllm.config.speculative:SpeculativeConfig.{attr}")
         for attr in ("method", "num_speculative_tokens")
     ),
-    # Tensor- and pipeline-parallel state (engine.plugin).
+    # Tensor- and pipeline-parallel state (engine.vllm.runner).
     *(
         _p(name, "name", _PLUGIN, f"vllm.distributed:{name}")
         for name in ("get_tensor_model_parallel_rank", "get_tensor_model_parallel_world_size", "get_pp_group")
@@ -166,25 +166,25 @@ SURFACE: tuple[Part, ...] = (
     _p("EagleProposer", "name", _HYBRID, "vllm.v1.spec_decode.eagle:EagleProposer"),
     _p("SpecDecodeBaseProposer", "name", _HYBRID, "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer"),
     _p("SpecDecodeBaseProposer.propose", "member", _HYBRID, "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.propose"),
-    # The CPU backend's rejection-sampler fix (engine.vllm_fixes).
-    _p("current_platform", "name", "engine.vllm_fixes", "vllm.platforms:current_platform"),
-    _p("cpu_expand_kernel", "name", "engine.vllm_fixes", "vllm.utils.cpu_triton_utils:_expand_kernel_impl"),
-    _p("expand_batch_to_tokens", "name", "engine.vllm_fixes", "vllm.v1.sample.rejection_sampler:expand_batch_to_tokens"),
-    # The launcher and the options' parser (engine.launch, engine.vllm_args).
-    _p("ServeSubcommand", "name", "engine.launch", "vllm.entrypoints.cli.serve:ServeSubcommand"),
+    # The CPU backend's rejection-sampler fix (engine.vllm.fixes).
+    _p("current_platform", "name", "engine.vllm.fixes", "vllm.platforms:current_platform"),
+    _p("cpu_expand_kernel", "name", "engine.vllm.fixes", "vllm.utils.cpu_triton_utils:_expand_kernel_impl"),
+    _p("expand_batch_to_tokens", "name", "engine.vllm.fixes", "vllm.v1.sample.rejection_sampler:expand_batch_to_tokens"),
+    # The launcher and the options' parser (engine.vllm.launch, engine.vllm.args).
+    _p("ServeSubcommand", "name", "engine.vllm.launch", "vllm.entrypoints.cli.serve:ServeSubcommand"),
     _p(
-        "make_arg_parser", "name", "engine.launch",
+        "make_arg_parser", "name", "engine.vllm.launch",
         "vllm.entrypoints.common.cli_args:make_arg_parser",  # 0.33
         "vllm.entrypoints.launchers.cli_args:make_arg_parser",  # 0.32
     ),
     _p(
-        "cli_env_setup", "name", "engine.launch",
+        "cli_env_setup", "name", "engine.vllm.launch",
         "vllm.entrypoints.common.startup:cli_env_setup",  # 0.33
         "vllm.entrypoints.serve.utils.api_utils:cli_env_setup",  # 0.32
     ),
-    _p("configure_logging_from_args", "name", "engine.launch", "vllm.logger:configure_logging_from_args"),
-    _p("FlexibleArgumentParser", "name", "engine.vllm_args", "vllm.utils.argparse_utils:FlexibleArgumentParser"),
-    _p("EngineArgs.model", "member", "engine.vllm_args", "vllm.engine.arg_utils:EngineArgs.model"),
+    _p("configure_logging_from_args", "name", "engine.vllm.launch", "vllm.logger:configure_logging_from_args"),
+    _p("FlexibleArgumentParser", "name", "engine.vllm.args", "vllm.utils.argparse_utils:FlexibleArgumentParser"),
+    _p("EngineArgs.model", "member", "engine.vllm.args", "vllm.engine.arg_utils:EngineArgs.model"),
     # The API server: vLLM authenticates before agentspec reads a request (engine.middleware).
     _p("api_key_env", "env", "engine.middleware", "vllm.envs:VLLM_API_KEY"),
     _p("AuthenticationMiddleware", "name", "engine.middleware", "vllm.entrypoints.serve.middleware.authenticate:AuthenticationMiddleware"),
@@ -203,7 +203,7 @@ SURFACE: tuple[Part, ...] = (
 
 _BY_KEY: dict[str, Part] = {p.key: p for p in SURFACE}
 if len(_BY_KEY) != len(SURFACE):  # pragma: no cover - a table edit gone wrong
-    raise RuntimeError("vllm_surface.SURFACE repeats a key")
+    raise RuntimeError("agentspec.engine.vllm.surface.SURFACE repeats a key")
 
 
 def part(key: str) -> Part:
@@ -211,7 +211,7 @@ def part(key: str) -> Part:
     try:
         return _BY_KEY[key]
     except KeyError:
-        raise KeyError(f"no vLLM part {key!r} in agentspec.engine.vllm_surface.SURFACE") from None
+        raise KeyError(f"no vLLM part {key!r} in agentspec.engine.vllm.surface.SURFACE") from None
 
 
 def module_of(key: str) -> str:
@@ -247,14 +247,15 @@ def find(module: ModuleType, key: str) -> Any:
 
 
 def load(key: str) -> Any:
-    """Import part ``key`` (a module, name or member) from the first of its paths this
-    vLLM has; :class:`ImportError` names every path tried."""
+    """Import part ``key`` from the first of its paths this vLLM has: a module, name or
+    member, or an environment variable's value as vLLM parses it. :class:`ImportError`
+    names every path tried."""
     return _load(part(key))
 
 
 def _load(found: Part) -> Any:
     key = found.key
-    if found.kind in ("env", "init_attr"):
+    if found.kind == "init_attr":
         raise ValueError(f"vLLM part {key!r} is a {found.kind}: nothing to import")
     for path in found.paths:
         name, qual = _split(path)

@@ -24,7 +24,7 @@ class VllmArgsError(ValueError):
 
 
 def _parser() -> Any:
-    from agentspec.engine.vllm_surface import load
+    from agentspec.engine.vllm.surface import load
 
     class _Parser(load("FlexibleArgumentParser")):  # type: ignore[misc]
         def error(self, message: str) -> NoReturn:
@@ -42,7 +42,7 @@ def _model_of(ns: argparse.Namespace) -> str | None:
 
 def _given_model(value: object) -> bool:
     # vLLM's --model has a default (a small public model); only one the user gave counts.
-    from agentspec.engine.vllm_surface import load
+    from agentspec.engine.vllm.surface import load
 
     return isinstance(value, str) and value != load("EngineArgs.model")
 
