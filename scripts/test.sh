@@ -33,6 +33,8 @@ if [ "${#missing[@]}" -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" =
   (apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null) \
     || echo "test.sh: could not install ${missing[*]}; their tests will skip" >&2
 fi
+# The real test model is built once per checkout (agentspec.testing.real_model).
+export AGENTSPEC_REAL_MODEL_DIR="${AGENTSPEC_REAL_MODEL_DIR:-$PWD/.cache/real-model}"
 # --durations: the slowest tests and set-ups of each run are printed, to keep CI's time in view.
 stage main .venv/bin/python -m pytest --durations=20 "$@"
 if [ "$#" -eq 0 ]; then

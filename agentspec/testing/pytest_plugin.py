@@ -14,6 +14,10 @@ set, else into the session's temporary folder), one session fixture per server k
   ``agentspec_hybrid_sampled_server``, ``agentspec_spare_server`` (a test may kill it);
 - ``agentspec_fleet_servers`` (the two Redis replicas) and ``redis_exchange`` (their
   ``redis-server``),
+- ``agentspec_real_server`` and ``plain_real_server``: ``agentspec serve`` and plain vLLM
+  on a real model, SmolLM2-135M-Instruct (:mod:`agentspec.testing.real_model`, built on
+  first use into ``$AGENTSPEC_REAL_MODEL_DIR`` when set, else the session's temporary
+  folder),
 
 and :func:`server_fixture` for a kind of one's own. How the servers are run:
 
@@ -132,6 +136,8 @@ agentspec_hybrid_server = server_fixture(SERVER_KINDS["hybrid"])
 agentspec_hybrid_sampled_server = server_fixture(SERVER_KINDS["hybrid-sampled"])
 agentspec_spare_server = server_fixture(SERVER_KINDS["spare"])
 agentspec_fleet_servers = server_fixture(*(SERVER_KINDS[r] for r in FLEET), doc="The Redis replicas " + ", ".join(FLEET))
+agentspec_real_server = server_fixture(SERVER_KINDS["real"])
+plain_real_server = server_fixture(SERVER_KINDS["real-plain"])
 
 
 @pytest.fixture(scope="session")
@@ -153,6 +159,30 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from agentspec.testing.tiny_model import build_tiny_model
 
     return build_tiny_model(cache)
+
+
+class _LazyRealModel:
+    """The real model (:mod:`agentspec.testing.real_model`), built by the first kind that
+    serves it, by the interpreter that serves (``$AGENTSPEC_SERVER_PYTHON`` or this one)."""
+
+    def __init__(self, cache: Path) -> None:
+        self.cache = cache
+        self.folder: Path | None = None
+
+    def get(self) -> Path:
+        if self.folder is None:
+            python = server_python()
+            if python is None:
+                from agentspec.testing.real_model import build_real_model
+
+                self.folder = build_real_model(self.cache)
+            else:
+                cmd = [python, "-m", "agentspec.testing.real_model", str(self.cache)]
+                built = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                if built.returncode != 0:
+                    raise RuntimeError(f"{ENV_SERVER_PYTHON}={python} could not build the real model: {built.stderr[-500:]}")
+                self.folder = Path(built.stdout.strip().splitlines()[-1])
+        return self.folder
 
 
 class _LazyRedis:
@@ -186,12 +216,16 @@ def _agentspec_server_pool(
     if not _vllm_available():
         python = server_python()
         pytest.skip(f"{ENV_SERVER_PYTHON}={python} cannot import vllm" if python else NO_VLLM)
+    from agentspec.testing.real_model import ENV_DIR as REAL_MODEL_ENV_DIR
+
     redis = _LazyRedis()
+    real_model = _LazyRealModel(Path(os.environ.get(REAL_MODEL_ENV_DIR) or tmp_path_factory.mktemp("real-model")))
     context = KindContext(
         model_dir=tiny_model_dir,
         log_dir=tmp_path_factory.mktemp("vllm-logs"),
         exchange_dir=tmp_path_factory.mktemp("exchange"),
         redis_url=redis.url,
+        real_model_dir=real_model.get,
     )
     session = request.session
     pool = ServerPool(context, session.stash.get(_PLAN, []))

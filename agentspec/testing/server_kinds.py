@@ -39,6 +39,17 @@ FLEET_STREAM = "agentspec-test-fleet"
 ENV_SERVER_PYTHON = "AGENTSPEC_SERVER_PYTHON"
 
 
+#: The served name of the real model's kinds, and their options beside the test servers'
+#: own (a repeated option replaces): its fp32 KV cache takes 45 KiB a token, so 256 MiB
+#: holds 5.8k tokens, two sequences of 2,048.
+REAL_MODEL_NAME = "smollm2"
+REAL_MODEL_ARGS: tuple[str, ...] = ("--served-model-name", REAL_MODEL_NAME)
+
+
+def _no_real_model() -> Path:
+    raise RuntimeError("this run's KindContext was given no real_model_dir")
+
+
 def server_python() -> str | None:
     """The interpreter named by ``$AGENTSPEC_SERVER_PYTHON``, or None (this one serves)."""
     return os.environ.get(ENV_SERVER_PYTHON) or None
@@ -54,6 +65,9 @@ class KindContext:
     exchange_dir: Path
     #: Starts the run's ``redis-server`` on first call and returns its URL.
     redis_url: Callable[[], str]
+    #: Builds the real model (:mod:`agentspec.testing.real_model`) on first call and
+    #: returns its folder; the kinds with ``model="real"`` serve it.
+    real_model_dir: Callable[[], Path] = lambda: _no_real_model()
 
 
 @dataclass(frozen=True)
@@ -70,15 +84,19 @@ class ServerKind:
     extra_args: tuple[str, ...] = ()
     kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES
     disposable: bool = False
+    #: ``tiny`` (the tiny model, served as ``tiny``) or ``real`` (SmolLM2-135M-Instruct,
+    #: served as :data:`REAL_MODEL_NAME`).
+    model: str = "tiny"
 
     def launch(self, context: KindContext, *, extra_env: dict[str, str] | None = None) -> VLLMServer:
         """Start this kind's server and return at once (see :meth:`VLLMServer.wait_ready`)."""
         settings = self.settings(context) if self.settings is not None else None
+        real = self.model == "real"
         return VLLMServer.launch(
-            context.model_dir,
+            context.real_model_dir() if real else context.model_dir,
             agentspec=settings is not None,
             settings=settings,
-            extra_args=self.extra_args,
+            extra_args=(*REAL_MODEL_ARGS, *self.extra_args) if real else self.extra_args,
             log_dir=context.log_dir,
             kv_cache_bytes=self.kv_cache_bytes,
             python=server_python(),
@@ -181,6 +199,19 @@ SERVER_KINDS: dict[str, ServerKind] = {
             # Scale-out on: vLLM's /inference/v1/generate is a route agentspec's middleware
             # does not rewrite. One option, several values (a repeated option replaces).
             extra_args=("--api-key", *SECURED_API_KEYS, "--enable-scale-out", "--api-server-count", "2"),
+        ),
+        ServerKind(
+            "real",
+            "``agentspec serve`` on the real model (SmolLM2-135M-Instruct, served as ``smollm2``): "
+            "real text, for acceptance and identity on it",
+            _index_only,
+            model="real",
+        ),
+        ServerKind(
+            "real-plain",
+            "plain vLLM on the real model without speculation: the reference on real text",
+            None,
+            model="real",
         ),
         *(
             ServerKind(

