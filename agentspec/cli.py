@@ -20,6 +20,8 @@ app = typer.Typer(
     help="Session-aware speculative decoding for LLM agent loops on vLLM.",
     no_args_is_help=True,
     add_completion=False,
+    # -h as vLLM and most commands take it; serve's own settings say the same.
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 

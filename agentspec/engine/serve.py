@@ -50,7 +50,7 @@ import typer
 from agentspec import wire
 from agentspec._extras import missing_message
 from agentspec.engine.config import ENV_CONFIG, DrafterSettings, EngineSettings
-from agentspec.engine.exchange_config import RedisExchangeConfig
+from agentspec.engine.exchange_config import RedisExchangeConfig, redacted
 from agentspec.engine.vllm.args import (
     VllmArgsError,
     split_model,
@@ -60,8 +60,15 @@ from agentspec.engine.vllm.plugin import V2_RUNNER_ENV
 from agentspec.policy import DraftPolicy, IndexConfig
 from agentspec.speed import parse_speed_model
 
-#: Click context settings for ``serve``: unknown options pass through to vLLM.
-SERVE_CONTEXT: dict[str, Any] = {"allow_extra_args": True, "ignore_unknown_options": True}
+#: Click context settings for ``serve``: unknown options pass through to vLLM; ``-h`` is
+#: help, as in vLLM.
+SERVE_CONTEXT: dict[str, Any] = {
+    "allow_extra_args": True,
+    "ignore_unknown_options": True,
+    "help_option_names": ["-h", "--help"],
+}
+#: What a printed command line shows in place of a secret.
+MASK = "***"
 
 MIDDLEWARE = "agentspec.engine.middleware.SessionIdMiddleware"
 #: Every agentspec option of ``serve`` starts with this; any other option is vLLM's.
@@ -303,7 +310,10 @@ def serve(
         ),
     ] = "draft_model",
     dry_run: Annotated[
-        bool, typer.Option("--agentspec-dry-run", help="Print the vLLM command and environment, don't run.")
+        bool,
+        typer.Option(
+            "--agentspec-dry-run", help="Print the vLLM command and environment (secrets shown as ***), don't run."
+        ),
     ] = False,
 ) -> None:
     """Start vLLM's OpenAI-compatible server with agentspec.
@@ -386,14 +396,46 @@ def serve(
     if dry_run:
         added = build_env(settings, {})
         # The settings first, then the other variables agentspec sets (the pinned runner).
-        names = [ENV_CONFIG, *sorted(n for n in added if n != ENV_CONFIG)]
-        typer.echo(" ".join(f"{n}={shlex.quote(added[n])}" for n in names) + f" {shlex.join(cmd)}")
+        typer.echo(shown_command(added, cmd))
         return
     try:
         raise typer.Exit(_run(cmd, build_env(settings)))
     finally:
         if made_state_dir:
             shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def shown_command(env: dict[str, str], cmd: list[str]) -> str:
+    """The variables agentspec sets and the command, as ``--agentspec-dry-run`` prints them:
+    agentspec's settings first, and secrets masked (the admission token, a password in the
+    Redis URL, ``--api-key`` values), since such lines end up in logs and issues."""
+    env = dict(env)
+    if ENV_CONFIG in env:
+        settings = json.loads(env[ENV_CONFIG])
+        if settings.get("admission_token"):
+            settings["admission_token"] = MASK
+        if settings.get("exchange_url"):
+            settings["exchange_url"] = redacted(settings["exchange_url"])
+        env[ENV_CONFIG] = json.dumps(settings, separators=(",", ":"), ensure_ascii=False)
+    names = [n for n in (ENV_CONFIG,) if n in env] + sorted(n for n in env if n != ENV_CONFIG)
+    return " ".join(f"{n}={shlex.quote(env[n])}" for n in names) + f" {shlex.join(_masked_api_keys(cmd))}"
+
+
+def _masked_api_keys(cmd: list[str]) -> list[str]:
+    """``cmd`` with the values of vLLM's ``--api-key`` (one option, several values) masked."""
+    out: list[str] = []
+    in_keys = False
+    for arg in cmd:
+        if arg.startswith("--api-key="):
+            out.append(f"--api-key={MASK}")
+            in_keys = False
+            continue
+        if in_keys and not arg.startswith("-"):
+            out.append(MASK)
+            continue
+        in_keys = arg == "--api-key"
+        out.append(arg)
+    return out
 
 
 def _given_without_drafter(ctx: typer.Context) -> list[str]:

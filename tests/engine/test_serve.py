@@ -164,7 +164,10 @@ def test_cli_exchange_over_redis_names_a_stable_replica() -> None:
     assert result.exit_code == 0, result.output
     settings = json.loads(shlex.split(result.output)[0].split("=", 1)[1])
     # HOST:PORT by default: the same when the server restarts on its machine and port.
-    assert settings["exchange_url"] == url and settings["replica_id"] == f"{socket.gethostname()}:8001"
+    # The password is not printed (the server gets it; the shown line hides it).
+    assert settings["exchange_url"] == url.replace(":secret@", ":***@")
+    assert settings["replica_id"] == f"{socket.gethostname()}:8001"
+    assert "secret" not in result.output
     named = CliRunner().invoke(
         _app(), ["serve", "m", "--agentspec-exchange", url, "--agentspec-replica-id", "gpu7", "--agentspec-dry-run"]
     )
@@ -254,3 +257,46 @@ def test_version_answers_without_vllm() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"agentspec {importlib.metadata.version('vllm-agentspec')}"
+
+
+def test_dry_run_prints_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentspec.engine.serve as serve_module
+
+    token = "tok-0123456789abcdef"
+    monkeypatch.setattr(serve_module.secrets, "token_hex", lambda n: token)  # the generated admission token
+    result = CliRunner().invoke(
+        _app(),
+        ["serve", "m", "--api-key", "key-one", "key-two", "--port", "8001", "--agentspec-dry-run"],
+    )
+    assert result.exit_code == 0, result.output
+    for secret in (token, "key-one", "key-two"):
+        assert secret not in result.output
+    command = shlex.split(result.output)
+    settings = json.loads(command[0].split("=", 1)[1])
+    assert settings["admission_token"] == "***"
+    assert command[command.index("--api-key") + 1 : command.index("--api-key") + 3] == ["***", "***"]
+    assert command[command.index("--port") + 1] == "8001"  # what follows the keys is kept
+    # The server itself gets the real values.
+    env = build_env(EngineSettings(admission_token=token), {})
+    assert json.loads(env[ENV_CONFIG])["admission_token"] == token
+
+
+def test_dry_run_masks_a_generated_admission_token() -> None:
+    result = CliRunner().invoke(_app(), ["serve", "m", "--api-key=key-one", "--agentspec-dry-run"])
+    assert result.exit_code == 0, result.output
+    command = shlex.split(result.output)
+    assert json.loads(command[0].split("=", 1)[1])["admission_token"] == "***"
+    assert "--api-key=***" in command and "key-one" not in result.output
+
+
+@pytest.mark.parametrize("args", [["-h"], ["bench", "-h"], ["serve", "-h"]], ids=["agentspec", "bench", "serve"])
+def test_h_is_help_everywhere(args: list[str]) -> None:
+    from agentspec.cli import app
+
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output and "No such option" not in result.output
+    if args[0] == "serve":
+        # agentspec's options, and where vLLM's are listed.
+        assert "--agentspec-drafter" in result.output
+        assert "agentspec.engine.vllm.launch --help" in result.output
