@@ -9,7 +9,7 @@ the drafting is :mod:`agentspec.engine.drafting`'s and :mod:`agentspec.engine.hy
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from vllm.config.vllm import VllmConfig
@@ -37,7 +37,21 @@ class AgentspecProposer(SuffixDrafting, SuffixDecodingProposer):
 
 
 class _VllmModelDrafter(HybridDrafting):
-    """The hybrid's calls into vLLM's model drafter (``SpecDecodeBaseProposer``)."""
+    """The hybrid on one of vLLM's model-drafter proposers (``_vllm_proposer``): built as
+    that proposer, then the index beside it; the hybrid's calls into its passes."""
+
+    #: The vLLM proposer class this one extends (the next base class of the subclass).
+    _vllm_proposer: ClassVar[type[SpecDecodeBaseProposer]]
+
+    def __init__(
+        self,
+        vllm_config: VllmConfig,
+        device: torch.device,
+        runner: Any = None,
+        settings: EngineSettings | None = None,
+    ) -> None:
+        self._vllm_proposer.__init__(self, vllm_config, device, runner)
+        self._init_hybrid(vllm_config, settings)
 
     def _run_model_drafter(self, num_speculative_tokens: int, **kwargs: Any) -> torch.Tensor:
         return SpecDecodeBaseProposer.propose(self, num_speculative_tokens=num_speculative_tokens, **kwargs)  # type: ignore[arg-type]
@@ -49,26 +63,10 @@ class _VllmModelDrafter(HybridDrafting):
 class HybridProposer(_VllmModelDrafter, DraftModelProposer):
     """vLLM's draft-model proposer (``method: draft_model``) with the index beside it."""
 
-    def __init__(
-        self,
-        vllm_config: VllmConfig,
-        device: torch.device,
-        runner: Any = None,
-        settings: EngineSettings | None = None,
-    ) -> None:
-        DraftModelProposer.__init__(self, vllm_config, device, runner)
-        self._init_hybrid(vllm_config, settings)
+    _vllm_proposer = DraftModelProposer
 
 
 class HybridEagleProposer(_VllmModelDrafter, EagleProposer):
     """vLLM's EAGLE proposer (``method: eagle`` / ``eagle3``) with the index beside it."""
 
-    def __init__(
-        self,
-        vllm_config: VllmConfig,
-        device: torch.device,
-        runner: Any = None,
-        settings: EngineSettings | None = None,
-    ) -> None:
-        EagleProposer.__init__(self, vllm_config, device, runner)
-        self._init_hybrid(vllm_config, settings)
+    _vllm_proposer = EagleProposer

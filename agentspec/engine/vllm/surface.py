@@ -166,6 +166,10 @@ SURFACE: tuple[Part, ...] = (
     _p("EagleProposer", "name", _HYBRID, "vllm.v1.spec_decode.eagle:EagleProposer"),
     _p("SpecDecodeBaseProposer", "name", _HYBRID, "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer"),
     _p("SpecDecodeBaseProposer.propose", "member", _HYBRID, "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.propose"),
+    _p(
+        "SpecDecodeBaseProposer._last_draft_probs", "init_attr", "engine.vllm.proposers",
+        "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer._last_draft_probs",
+    ),
     # The CPU backend's rejection-sampler fix (engine.vllm.fixes).
     _p("current_platform", "name", "engine.vllm.fixes", "vllm.platforms:current_platform"),
     _p("cpu_expand_kernel", "name", "engine.vllm.fixes", "vllm.utils.cpu_triton_utils:_expand_kernel_impl"),
