@@ -18,24 +18,24 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentspec.errors import DraftIndexError, SeedLimitError, UnknownCallError
     from agentspec.index import CallStart, Draft, DraftIndex, IndexStats, Level, ScopeStats
-    from agentspec.policy import DraftPolicy, IndexConfig
+    from agentspec.index.policy import DraftPolicy, IndexConfig
     from agentspec.wire import SeedKind
 
     __version__: str
 
 #: Public name -> (module, extra it needs or None).
 _LAZY: dict[str, tuple[str, str | None]] = {
-    "CallStart": ("agentspec.index", "index"),
-    "Draft": ("agentspec.index", "index"),
-    "DraftIndex": ("agentspec.index", "index"),
-    "IndexStats": ("agentspec.index", "index"),
-    "Level": ("agentspec.index", "index"),
-    "ScopeStats": ("agentspec.index", "index"),
+    "CallStart": ("agentspec.index.types", None),
+    "Draft": ("agentspec.index.types", None),
+    "DraftIndex": ("agentspec.index.draft_index", "index"),
+    "IndexStats": ("agentspec.index.types", None),
+    "Level": ("agentspec.index.types", None),
+    "ScopeStats": ("agentspec.index.types", None),
     "DraftIndexError": ("agentspec.errors", None),
     "SeedLimitError": ("agentspec.errors", None),
     "UnknownCallError": ("agentspec.errors", None),
-    "DraftPolicy": ("agentspec.policy", None),
-    "IndexConfig": ("agentspec.policy", None),
+    "DraftPolicy": ("agentspec.index.policy", None),
+    "IndexConfig": ("agentspec.index.policy", None),
     "SeedKind": ("agentspec.wire", None),
 }
 

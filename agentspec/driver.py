@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agentspec.budget import DraftBudget
+from agentspec.draft_budget.batch_budget import DraftBudget
 from agentspec.errors import DraftIndexError
 from agentspec.index import CallStart, Draft, DraftIndex
 from agentspec.wire import SeedKind, SeedScope

@@ -15,4 +15,4 @@ class UnknownCallError(DraftIndexError, KeyError):
 
 
 class SeedLimitError(DraftIndexError):
-    """A seed over the size limits of :class:`agentspec.policy.IndexConfig`."""
+    """A seed over the size limits of :class:`agentspec.index.policy.IndexConfig`."""

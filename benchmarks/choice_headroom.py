@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentspec.driver import TokenSeed
-from agentspec.policy import DraftPolicy
+from agentspec.index.policy import DraftPolicy
 from agentspec.replay import ProposerSettings, ReplayConfig, replay_workloads
 from agentspec.replay.calls import CallSpec, SourceWorkload
 from agentspec.replay.driver_proposer import DriverProposer, make_agentspec_index

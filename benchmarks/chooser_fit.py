@@ -8,7 +8,7 @@ the trajectory), so that sibling samples stay on one side:
 1. *fit*: the fit half is replayed through agentspec as the server runs it; at every
    ``record-every``-th step each level's candidate draft is recorded with its features and
    the tokens the recorded output accepts of it, and
-   :class:`agentspec.survival_chooser.SurvivalChooser` is fitted to those steps;
+   ``SurvivalChooser`` (survival_chooser.py, beside this script) is fitted to those steps;
 2. *check*: the held half is replayed through vllm-suffix, agentspec (recording its steps
    the same way) and agentspec with the fitted chooser in place of the calibrated score.
 
@@ -35,14 +35,14 @@ from rich.table import Table
 from agentspec.driver import TokenSeed
 from agentspec.index import DraftIndex
 from agentspec.index.choice import Candidate, ChoiceContext, by_calibrated_score
-from agentspec.policy import IndexConfig
+from agentspec.index.policy import IndexConfig
 from agentspec.replay import ReplayConfig, replay_workloads
 from agentspec.replay.calls import CallSpec, SourceWorkload
 from agentspec.replay.driver_proposer import DriverProposer
 from agentspec.replay.proposer import ReplayDraft
 from agentspec.replay.simulate import SourceResult, accept_linear
 from agentspec.replay.tokenized import TokenCache
-from agentspec.survival_chooser import (
+from survival_chooser import (
     FEATURES,
     SurvivalChooser,
     draft_features,

@@ -38,7 +38,7 @@ import numpy as np
 from agentspec import wire
 from agentspec.engine.config import EngineSettings
 from agentspec.index import DraftIndex
-from agentspec.policy import IndexConfig
+from agentspec.index.policy import IndexConfig
 from agentspec.replay import ReplayConfig, replay_workloads
 from agentspec.replay.calls import CallSpec, static_call
 from agentspec.replay.driver_proposer import DriverProposer

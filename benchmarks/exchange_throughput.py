@@ -8,7 +8,7 @@ One replica publishes ``--outputs`` outputs of ``--tokens`` tokens as fast as it
 engine's side of :meth:`RedisExchange.publish` is a queue append; its writer thread sends
 pipelined ``XADD``). ``--peers`` other replicas read them all, as a fleet of that size
 would. Prints outputs per second sent by the publisher and taken in by the slowest reader,
-and sets them against an engine's output rate from the speed model (agentspec.speed): an
+and sets them against an engine's output rate from the speed model (agentspec.draft_budget.speed_model): an
 8B model on an H100 at 64 requests in flight, each output ``--tokens`` long. Without
 ``--redis`` it starts a ``redis-server`` of its own (Debian's package) on loopback, so the
 figures are this machine's loopback, not a network's.
@@ -30,7 +30,7 @@ import numpy as np
 from agentspec import DraftIndex
 from agentspec.engine.config import EngineSettings
 from agentspec.engine.exchange import RedisExchange, RedisExchangeConfig
-from agentspec.speed import parse_speed_model
+from agentspec.draft_budget.speed_model import parse_speed_model
 from agentspec.testing.redis_server import RedisServer
 
 CONTEXT = 16_000  # tokens of context per request for the engine's rate (agent calls are long)

@@ -3,7 +3,7 @@
     python benchmarks/gpu_step_time.py --models 8b,32b --out step_times.json
     python benchmarks/speed_calibration.py step_times.json      # predicted vs measured
 
-``agentspec.speed`` estimates a vLLM decoding step from a roofline of the GPU. This
+``agentspec.draft_budget.speed_model`` estimates a vLLM decoding step from a roofline of the GPU. This
 script measures what the roofline stands for: one forward pass of a decoder with the
 named model's shape (random bf16 weights) over ``batch`` requests that each verify
 ``verified`` tokens (the last token plus a draft) against ``context`` tokens of KV cache,
@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 @dataclass(frozen=True)
 class Shape:
-    """The dimensions of a Llama-style decoder (agentspec.speed.MODELS names the same)."""
+    """The dimensions of a Llama-style decoder (agentspec.draft_budget.speed_model.MODELS names the same)."""
 
     hidden: int
     intermediate: int

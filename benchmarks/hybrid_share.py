@@ -6,7 +6,7 @@ With a model drafter beside it (``agentspec serve --agentspec-drafter MODEL``), 
 takes the index's draft for a step when its expected accepted tokens
 (:meth:`~agentspec.index.DraftIndex.expected_accepted`: the draft's score weighted by its
 level's calibration) are at least the model drafter's, and the model's draft otherwise
-(:mod:`agentspec.drafter_choice`). A model drafter can therefore only add something on the
+(:mod:`agentspec.draft_budget.drafter_choice`). A model drafter can therefore only add something on the
 steps where the index has no confident draft: it drafted nothing, or its draft is expected
 to deliver fewer tokens than the model's draft, ``T``. This replays every call through
 agentspec on one server, exactly as ``agentspec`` runs in the replay (the server's own

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentspec.index import DraftIndex
-from agentspec.policy import DraftPolicy, IndexConfig
+from agentspec.index.policy import DraftPolicy, IndexConfig
 from agentspec.replay import ProposerSettings, ReplayConfig, replay_workloads
 from agentspec.replay.calls import SourceWorkload
 from agentspec.replay.tokenized import TokenCache

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentspec.policy import DraftPolicy
+from agentspec.index.policy import DraftPolicy
 from agentspec.replay import ProposerSettings, ReplayConfig, run_replay
 
 POLICIES: list[dict[str, float | bool]] = [

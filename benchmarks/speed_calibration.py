@@ -6,9 +6,9 @@ The files are what ``benchmarks/gpu_step_time.py`` wrote on the GPU. For every t
 it prints the measured time, the speed model's estimate with its defaults and the relative
 error; then the RMS and largest error four ways:
 
-- defaults: ``agentspec.speed.SpeedModel`` as shipped;
+- defaults: ``agentspec.draft_budget.speed_model.SpeedModel`` as shipped;
 - refit: the efficiencies and per-layer overhead fitted to these steps
-  (``agentspec.speed_calibration.fit_speed_model``), what to set for this GPU;
+  (``speed_fit.fit_speed_model``, beside this script), what to set for this GPU;
 - held out: fitted without one model shape (with three shapes or more) or one context,
   judged on it, to show the fit carries over to steps it did not see;
 - the textbook roofline: the same terms, but the larger of memory and compute time
@@ -25,8 +25,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentspec.speed import GPUS, GpuSpec, ModelShape, SpeedModel
-from agentspec.speed_calibration import (
+from agentspec.draft_budget.speed_model import GPUS, GpuSpec, ModelShape, SpeedModel
+from speed_fit import (
     StepTime,
     StepTimes,
     fit_speed_model,

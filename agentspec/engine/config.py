@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentspec import wire
 from agentspec.engine.exchange_config import RedisExchangeConfig
-from agentspec.policy import IndexConfig
-from agentspec.speed import parse_speed_model
+from agentspec.index.policy import IndexConfig
+from agentspec.draft_budget.speed_model import parse_speed_model
 
 #: JSON object of :class:`EngineSettings`; set → the plugin substitutes the proposer.
 ENV_CONFIG = "AGENTSPEC_ENGINE_CONFIG"
@@ -72,8 +72,8 @@ class EngineSettings(BaseModel):
     speed_model: str | None = Field(
         None,
         description=(
-            "GPU:MODEL (e.g. h100:8b; see agentspec.speed): choose each step's draft cap with"
-            " this speed model from the engine's own drafts (agentspec.model_budget) instead"
+            "GPU:MODEL (e.g. h100:8b; see agentspec.draft_budget.speed_model): choose each step's draft cap with"
+            " this speed model from the engine's own drafts (agentspec.draft_budget.speed_budget) instead"
             " of the fixed batch rule. None: the fixed rule."
         ),
     )

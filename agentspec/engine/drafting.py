@@ -12,7 +12,7 @@ suffix method: same call, same verification, same scheduling. What differs:
   from the model runner's own bookkeeping) instead of guessing from absence in the batch,
   which would also fire for requests that are merely preempted or not scheduled this step;
 - the prompt of a session's next call is indexed incrementally (only the new tail);
-- the draft budget shrinks with the batch (:mod:`agentspec.budget`);
+- the draft budget shrinks with the batch (:mod:`agentspec.draft_budget.batch_budget`);
 - it publishes statistics for the API server (:mod:`agentspec.engine.metrics`);
 - with ``exchange_dir`` or ``exchange_url`` set, it shares finished outputs with the other
   replicas of the model and indexes theirs into its global corpus
@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentspec import wire
 from agentspec._extras import missing_message
-from agentspec.budget import BatchBudget, DraftBudget
+from agentspec.draft_budget.batch_budget import BatchBudget, DraftBudget
 from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
 from agentspec.engine.config import EngineSettings, load_settings
 from agentspec.engine.exchange import (
@@ -61,8 +61,8 @@ from agentspec.engine.step_log import StepLog, step_log_path
 from agentspec.engine.tenancy import SHARED_TENANT
 from agentspec.errors import DraftIndexError
 from agentspec.index import DraftIndex
-from agentspec.model_budget import ModelBudget
-from agentspec.speed import parse_speed_model
+from agentspec.draft_budget.speed_budget import SpeedBudget
+from agentspec.draft_budget.speed_model import parse_speed_model
 
 if TYPE_CHECKING:
     from vllm.config.vllm import VllmConfig
@@ -131,8 +131,8 @@ class SessionDrafting:
         self.index = DraftIndex(self.settings.index.model_copy(update={"policy": policy}))
         budget: DraftBudget
         if self.settings.speed_model is not None:
-            # Caps from a speed model of this engine (agentspec.model_budget).
-            budget = ModelBudget(parse_speed_model(self.settings.speed_model), spec.num_speculative_tokens)
+            # Caps from a speed model of this engine (agentspec.draft_budget.speed_budget).
+            budget = SpeedBudget(parse_speed_model(self.settings.speed_model), spec.num_speculative_tokens)
         else:
             budget = BatchBudget(spec.num_speculative_tokens, self.settings.full_draft_batch, self.settings.no_draft_batch)
         self.driver = RequestDriver(self.index, budget)

@@ -10,7 +10,7 @@ imports no vLLM.
 
 Each step, for each request: the index's draft is computed first (free); the request
 takes it when its expected accepted tokens are at least the model drafter's (measured
-online), else the model drafter's (:mod:`agentspec.drafter_choice`). The draft model's
+online), else the model drafter's (:mod:`agentspec.draft_budget.drafter_choice`). The draft model's
 forward pass is batched, so its cost is cut per step, not per request:
 
 - its first pass always runs: it writes the draft KV cache for the tokens the target
@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agentspec.drafter_choice import DraftPath, ModelDrafterEstimate, choose, model_runs
+from agentspec.draft_budget.drafter_choice import DraftPath, ModelDrafterEstimate, choose, model_runs
 from agentspec.engine.config import EngineSettings
 from agentspec.engine.drafting import SessionDrafting
 from agentspec.errors import DraftIndexError

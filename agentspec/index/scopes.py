@@ -35,10 +35,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from agentspec.corpus import Corpus
+from agentspec.index.corpus import Corpus
 from agentspec.index.streams import Stream, attach_stream
 from agentspec.index.types import CallStart, ScopeStats
-from agentspec.policy import IndexConfig
+from agentspec.index.policy import IndexConfig
 
 __all__ = ["Scope", "ScopeKey", "ScopeKind", "ScopeTable"]
 

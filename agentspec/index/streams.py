@@ -2,7 +2,7 @@
 
 A *stream* is one context of a session as its calls saw it: a call's prompt followed by
 what the call produced. Each stream is one sequence of the session's call-text tree (a
-:class:`~agentspec.corpus.Corpus`); its tokens are kept beside the tree, so that the next
+:class:`~agentspec.index.corpus.Corpus`); its tokens are kept beside the tree, so that the next
 prompt can be compared with them. :func:`attach_stream` handles the three ways a prompt
 relates to what the session holds:
 
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agentspec.corpus import Corpus
+from agentspec.index.corpus import Corpus
 from agentspec.index.types import CallStart
-from agentspec.tokens import TokenBuffer, find_last
+from agentspec.index.tokens import TokenBuffer, find_last
 
 __all__ = ["STREAMS_COMPARED", "Stream", "attach_stream", "condensed_resume"]
 

@@ -119,7 +119,7 @@ class IndexStats:
     group_tokens: int
     global_tokens: int
     #: The trees' own memory estimate, each tree measured again after its size changed by
-    #: 10% (see :meth:`agentspec.corpus.Corpus.memory_bytes`): cheap enough to poll.
+    #: 10% (see :meth:`agentspec.index.corpus.Corpus.memory_bytes`): cheap enough to poll.
     memory_bytes: int
     evicted_sessions: int
     evicted_groups: int

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from agentspec._extras import missing_message
-from agentspec.policy import DraftPolicy
+from agentspec.index.policy import DraftPolicy
 from agentspec.replay.config import DEFAULT_PROPOSERS, ReplayConfig, parse_routing
 from agentspec.replay.cost import CostModel
 from agentspec.replay.settings import ProposerSettings
@@ -170,7 +170,7 @@ def bench(
         write_plot,
     )
     from agentspec.replay.run import run_replay
-    from agentspec.speed import parse_speed_model
+    from agentspec.draft_budget.speed_model import parse_speed_model
 
     try:
         speeds = [parse_speed_model(spec) for spec in speed_model or ()]

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from agentspec.budget import BatchBudget
+from agentspec.draft_budget.batch_budget import BatchBudget
 from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
-from agentspec.model_budget import CUT_PROBS
+from agentspec.draft_budget.speed_budget import CUT_PROBS
 from agentspec.replay.calls import CallSpec
 from agentspec.replay.proposer import (
     EMPTY_DRAFT,
@@ -35,10 +35,10 @@ class DriverProposer:
     no stop tokens of their own (the recorded output ends where it ended). One call at a
     time, the batch budget never cuts a draft; under lockstep (:meth:`set_batch_size`)
     drafts get the caps of ``agentspec serve``'s default budget rule
-    (:class:`~agentspec.budget.BatchBudget` with ``k`` the policy's ``max_spec_tokens``).
+    (:class:`~agentspec.draft_budget.batch_budget.BatchBudget` with ``k`` the policy's ``max_spec_tokens``).
     """
 
-    #: The probability cuts whose outcomes the replay counts (agentspec.model_budget).
+    #: The probability cuts whose outcomes the replay counts (agentspec.draft_budget.speed_budget).
     cut_probs: tuple[float, ...] = CUT_PROBS
 
     def __init__(self, index: DraftIndex) -> None:
@@ -102,7 +102,7 @@ class DriverProposer:
 def make_agentspec_index(settings: ProposerSettings) -> DraftIndex:
     """A DraftIndex with the given draft policy (the index's defaults when None)."""
     from agentspec.index import DraftIndex
-    from agentspec.policy import DraftPolicy, IndexConfig
+    from agentspec.index.policy import DraftPolicy, IndexConfig
 
     return DraftIndex(IndexConfig(policy=settings.agentspec_policy or DraftPolicy()))
 

@@ -4,7 +4,7 @@ With a model drafter beside it (``agentspec serve --agentspec-drafter MODEL``), 
 takes the index's draft for a step when its expected accepted tokens
 (:meth:`~agentspec.index.DraftIndex.expected_accepted`: the draft's score weighted by its
 level's calibration) are at least the model drafter's, and the model's draft otherwise
-(:mod:`agentspec.drafter_choice`). A model drafter can only add something on the steps
+(:mod:`agentspec.draft_budget.drafter_choice`). A model drafter can only add something on the steps
 where the index drafted nothing, or drafted something expected to deliver fewer tokens than
 the model's draft, ``T`` (:data:`THRESHOLDS`: 1, 2 and 4; a 4-token drafter accepting 60% of
 its tokens in turn expects about 1.3, one that is always right expects 4).

@@ -113,7 +113,7 @@ def render_speed_table(table: SpeedTable, baseline: str = "vllm-suffix") -> Tabl
     out = Table(
         title=f"Estimated tokens/s: {table.gpu}, {table.model}, tensor parallel {table.tensor_parallel}",
         caption=(
-            f"Roofline of the decoding step (agentspec.speed; docs/speed.md) at {table.context_tokens:,.0f} context "
+            f"Roofline of the decoding step (agentspec.draft_budget.speed_model; docs/speed.md) at {table.context_tokens:,.0f} context "
             f"tokens per step, with the replay's drafts and measured drafter time. Batch by concurrency (what the KV "
             f"cache holds): {', '.join(f'{c}→{b}' for c, b in table.batch.items())}. (×: vs {baseline}; k: draft cap; p: probability cut)"
         ),

@@ -48,9 +48,9 @@ class Record(BaseModel):
     bytes_per_held_token: float | None = None
     #: Mean context tokens of a decoding step (the KV cache it reads).
     context_tokens_per_step: float = 0.0
-    #: Proposals by outcome, ``(drafted, accepted, count)`` rows (agentspec.speed.DraftOutcomes).
+    #: Proposals by outcome, ``(drafted, accepted, count)`` rows (agentspec.draft_budget.speed_model.DraftOutcomes).
     draft_outcomes: list[tuple[int, int, int]] = []
-    #: ``draft_outcomes`` under each probability cut of a model budget (agentspec.model_budget),
+    #: ``draft_outcomes`` under each probability cut of a model budget (agentspec.draft_budget.speed_budget),
     #: keyed by the cut; empty for proposers whose drafts carry no path probabilities.
     draft_outcomes_by_cut: dict[str, list[tuple[int, int, int]]] = {}
 

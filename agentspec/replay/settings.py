@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentspec.policy import DraftPolicy
+from agentspec.index.policy import DraftPolicy
 
 
 class ProposerSettings(BaseModel):

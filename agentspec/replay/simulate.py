@@ -46,9 +46,9 @@ class Tally:
     held_tokens_at_peak: int = 0
     #: Context tokens summed over proposals (the KV cache each decoding step reads).
     context_tokens: int = 0
-    #: Proposals by outcome: ``(drafted, accepted) -> count`` (agentspec.speed.DraftOutcomes).
+    #: Proposals by outcome: ``(drafted, accepted) -> count`` (agentspec.draft_budget.speed_model.DraftOutcomes).
     outcomes: dict[tuple[int, int], int] = field(default_factory=dict)
-    #: The same under each probability cut of a batch budget (agentspec.model_budget), for
+    #: The same under each probability cut of a batch budget (agentspec.draft_budget.speed_budget), for
     #: proposers whose drafts carry path probabilities (empty otherwise).
     cut_outcomes: dict[float, dict[tuple[int, int], int]] = field(default_factory=dict)
 

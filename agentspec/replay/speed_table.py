@@ -1,16 +1,16 @@
 """Estimated tokens/s at the concurrencies users run, from a replay and a speed model.
 
-For each proposer the replay measured, :mod:`agentspec.speed` turns its draft outcomes,
+For each proposer the replay measured, :mod:`agentspec.draft_budget.speed_model` turns its draft outcomes,
 mean context and measured drafter time into the engine's output tokens per second at each
 concurrency, against no speculation on the same GPU and model:
 
 - vLLM's methods and the oracle draft at full length at every concurrency (vLLM applies
   no batch-size rule to them);
 - agentspec under its fixed rule (``agentspec serve``'s default budget,
-  :class:`agentspec.budget.BatchBudget`), and under a model budget
+  :class:`agentspec.draft_budget.batch_budget.BatchBudget`), and under a model budget
   (``agentspec serve --agentspec-speed-model``): at each concurrency the draft cap and
   probability cut that the speed model says are fastest, chosen by the server's own
-  :func:`agentspec.model_budget.fastest_limits` (a cap of 0, no drafting, is among the
+  :func:`agentspec.draft_budget.speed_budget.fastest_limits` (a cap of 0, no drafting, is among the
   choices; agentspec still keeps its index up to date then, so that cost stays).
 
 The oracle's drafter time is not a drafter's (it reads the future), so its row is left out.
@@ -22,10 +22,10 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from agentspec.budget import BatchBudget
-from agentspec.model_budget import fastest_limits
+from agentspec.draft_budget.batch_budget import BatchBudget
+from agentspec.draft_budget.speed_budget import fastest_limits
 from agentspec.replay.run import ALL, Record, ReplayResult
-from agentspec.speed import DraftOutcomes, SpeedModel
+from agentspec.draft_budget.speed_model import DraftOutcomes, SpeedModel
 
 __all__ = ["CONCURRENCIES", "SpeedRow", "SpeedTable", "speed_table"]
 

@@ -90,7 +90,7 @@ def replay_steps(
     events: Sequence[Mapping[str, Any]], calls: Mapping[str, LoggedCall], index: DraftIndex
 ) -> StepReplay:
     """Redo the logged steps of the requests in ``calls`` (keyed by logged request id) with
-    ``index`` (give it the server's :class:`~agentspec.policy.IndexConfig`). Rows of other
+    ``index`` (give it the server's :class:`~agentspec.index.policy.IndexConfig`). Rows of other
     requests are skipped: they count only in the batch size, whose effect, the cap, is
     logged per row."""
     driver = RequestDriver(index)

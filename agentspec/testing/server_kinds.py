@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentspec.engine.config import DrafterSettings, EngineSettings
-from agentspec.policy import IndexConfig
+from agentspec.index.policy import IndexConfig
 from agentspec.testing.server import DEFAULT_KV_CACHE_BYTES, VLLMServer
 
 #: Index budgets of the shared test servers: small enough that a test can drive the index

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentspec.budget import BatchBudget
+from agentspec.draft_budget.batch_budget import BatchBudget
 
 
 def test_documented_rule() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentspec import DraftIndex, DraftPolicy, IndexConfig, Level
-from agentspec.calibration import LevelCalibration
+from agentspec.index.calibration import LevelCalibration
 
 
 def test_weight_starts_at_one_and_follows_accepted_over_expected():

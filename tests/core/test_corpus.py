@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agentspec.corpus import Corpus
+from agentspec.index.corpus import Corpus
 
 
 def _tokens(rng: np.random.Generator, n: int) -> np.ndarray:

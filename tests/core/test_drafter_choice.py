@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentspec.drafter_choice import DraftPath, ModelDrafterEstimate, choose, model_runs
+from agentspec.draft_budget.drafter_choice import DraftPath, ModelDrafterEstimate, choose, model_runs
 
 
 def test_expected_accepted_tokens_by_hand() -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from agentspec.budget import BatchBudget
+from agentspec.draft_budget.batch_budget import BatchBudget
 from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
 from agentspec.index import DraftIndex, Level
-from agentspec.policy import IndexConfig
+from agentspec.index.policy import IndexConfig
 from agentspec.wire import SeedKind, SeedScope
 
 PROMPT = list(range(1, 30))

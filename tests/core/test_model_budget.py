@@ -1,4 +1,4 @@
-"""Draft caps from the speed model (agentspec.model_budget): warm-up and exploration at full
+"""Draft caps from the speed model (agentspec.draft_budget.speed_budget): warm-up and exploration at full
 length, only full-length drafts teach, the chosen cap is the model's fastest, and the
 driver feeds it what its drafts did."""
 
@@ -8,17 +8,17 @@ import pytest
 
 from agentspec.driver import RequestDriver, RequestSpec
 from agentspec.index import DraftIndex
-from agentspec.model_budget import ModelBudget
-from agentspec.policy import IndexConfig
-from agentspec.speed import DraftOutcomes, parse_speed_model
+from agentspec.draft_budget.speed_budget import SpeedBudget
+from agentspec.index.policy import IndexConfig
+from agentspec.draft_budget.speed_model import DraftOutcomes, parse_speed_model
 
 H100_8B = parse_speed_model("h100:8b")
 K = 16
 
 
-def _budget(accepted: int, drafts: int = 400, **kwargs: int) -> ModelBudget:
+def _budget(accepted: int, drafts: int = 400, **kwargs: int) -> SpeedBudget:
     """A budget that has seen ``drafts`` full-length drafts of K tokens, ``accepted`` kept each."""
-    budget = ModelBudget(H100_8B, K, **kwargs)
+    budget = SpeedBudget(H100_8B, K, **kwargs)
     for _ in range(drafts):
         budget.observe_draft(K, K, accepted)
     budget.observe_step(64, 4000.0, 20e-6, True)
@@ -26,7 +26,7 @@ def _budget(accepted: int, drafts: int = 400, **kwargs: int) -> ModelBudget:
     return budget
 
 
-def _choices(budget: ModelBudget, batch: int, steps: int) -> list[int]:
+def _choices(budget: SpeedBudget, batch: int, steps: int) -> list[int]:
     return [budget.tokens_for(batch) for _ in range(steps)]
 
 
@@ -73,11 +73,11 @@ def test_one_step_in_n_explores_at_full_length() -> None:
 
 def test_the_window_keeps_the_warm_up() -> None:
     with pytest.raises(ValueError, match="window"):
-        ModelBudget(H100_8B, K, warmup=100, window=150)
+        SpeedBudget(H100_8B, K, warmup=100, window=150)
 
 
 def test_only_full_length_drafts_teach() -> None:
-    budget = ModelBudget(H100_8B, K)
+    budget = SpeedBudget(H100_8B, K)
     budget.observe_draft(4, 4, 4)  # cut to 4 and wholly accepted: says nothing about 16
     assert budget.proposals == 0
     budget.observe_draft(K, 3, 1)
@@ -99,7 +99,7 @@ def test_counts_are_halved_past_the_window_and_caps_refit() -> None:
 
 
 def test_context_and_drafter_time_are_running_means() -> None:
-    budget = ModelBudget(H100_8B, K)
+    budget = SpeedBudget(H100_8B, K)
     budget.observe_step(4, 1000.0, 10e-6, True)
     assert budget.context_tokens == 1000.0 and budget.drafter_s[True] == 10e-6
     for _ in range(200):
@@ -111,7 +111,7 @@ def test_context_and_drafter_time_are_running_means() -> None:
 
 
 def test_the_driver_tells_the_budget_what_each_draft_did() -> None:
-    budget = ModelBudget(H100_8B, 8)
+    budget = SpeedBudget(H100_8B, 8)
     driver = RequestDriver(DraftIndex(IndexConfig(global_max_tokens=0)), budget)
     prompt, output = list(range(1, 30)), list(range(100, 140))
     driver.admit("a", RequestSpec("s", None))
@@ -143,7 +143,7 @@ def test_the_driver_tells_the_budget_what_each_draft_did() -> None:
 
 
 def test_each_cut_counts_what_it_would_have_kept() -> None:
-    budget = ModelBudget(H100_8B, K)
+    budget = SpeedBudget(H100_8B, K)
     budget.observe_draft(K, 3, 2, [0.9, 0.5, 0.35])
     assert budget.outcomes_by_cut[0.0] == {(3, 2): 1} and budget.outcomes == {(3, 2): 1}
     assert budget.outcomes_by_cut[0.3] == {(3, 2): 1}
@@ -154,13 +154,13 @@ def test_each_cut_counts_what_it_would_have_kept() -> None:
     budget.observe_draft(K, 2, 0)
     assert budget.outcomes_by_cut[0.8] == {(1, 1): 1, (2, 0): 1}
     with pytest.raises(ValueError, match="cut_probs"):
-        ModelBudget(H100_8B, K, cut_probs=(0.3, 0.5))
+        SpeedBudget(H100_8B, K, cut_probs=(0.3, 0.5))
 
 
-def _tails(tail_accepted: bool, drafts: int = 400) -> ModelBudget:
+def _tails(tail_accepted: bool, drafts: int = 400) -> SpeedBudget:
     """Drafts of K tokens whose path probability drops to 0.35 after 12 tokens (half of
     them) or after 2 (the other half); the tail is accepted or never."""
-    budget = ModelBudget(H100_8B, K)
+    budget = SpeedBudget(H100_8B, K)
     for i in range(drafts):
         head = 12 if i % 2 else 2
         probs = [0.9] * head + [0.35] * (K - head)

@@ -1,4 +1,4 @@
-"""The roofline speed model (agentspec.speed): hand-computed cases, monotonic in the obvious
+"""The roofline speed model (agentspec.draft_budget.speed_model): hand-computed cases, monotonic in the obvious
 inputs, and draft outcomes cut to a cap."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentspec.speed import (
+from agentspec.draft_budget.speed_model import (
     GPUS,
     MODELS,
     DraftOutcomes,

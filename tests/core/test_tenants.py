@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentspec.index import DraftIndex, Level
-from agentspec.policy import IndexConfig
+from agentspec.index.policy import IndexConfig
 
 SECRET = list(range(500, 540))
 PROMPT = [1, 2, 3, 4, 5]

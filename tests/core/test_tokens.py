@@ -1,4 +1,4 @@
-"""Token helpers (agentspec.tokens)."""
+"""Token helpers (agentspec.index.tokens)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentspec.tokens import find_last
+from agentspec.index.tokens import find_last
 
 
 def _naive_find_last(hay: list[int], pin: list[int], start: int) -> int:

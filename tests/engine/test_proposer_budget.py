@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from engine_helpers import vllm_config_stand_in
 
-from agentspec.budget import BatchBudget
+from agentspec.draft_budget.batch_budget import BatchBudget
 from agentspec.engine.config import EngineSettings
 from agentspec.engine.step_log import read_step_log
-from agentspec.model_budget import ModelBudget
+from agentspec.draft_budget.speed_budget import SpeedBudget
 
 proposer_mod = pytest.importorskip("agentspec.engine.vllm.proposers", reason="needs vLLM")
 
@@ -43,7 +43,7 @@ def _batch(rows: list[tuple[str, list[int], list[int]]]) -> SimpleNamespace:
 def test_the_speed_model_chooses_the_budget() -> None:
     proposer = _proposer(EngineSettings(speed_model="h100:8b"))
     budget = proposer.driver.budget
-    assert isinstance(budget, ModelBudget) and budget.max_tokens == K
+    assert isinstance(budget, SpeedBudget) and budget.max_tokens == K
     assert budget.model.gpu.name == "H100 SXM" and budget.model.model.name == "Llama-3-8B shape"
     assert isinstance(_proposer(EngineSettings()).driver.budget, BatchBudget)
 

@@ -30,7 +30,7 @@ import torch  # noqa: E402 - vLLM's dependency
 from agentspec.engine import drafting, hybrid_drafting  # noqa: E402
 from agentspec.engine.vllm import plugin  # noqa: E402
 from agentspec.engine.vllm import runner as runner_patch  # noqa: E402
-from agentspec.model_budget import ModelBudget  # noqa: E402
+from agentspec.draft_budget.speed_budget import SpeedBudget  # noqa: E402
 
 K = 8
 SETTINGS = EngineSettings(speed_model="h100:8b", drafter=DrafterSettings(model="org/drafter", num_tokens=4))
@@ -126,7 +126,7 @@ def test_ranks_on_different_clocks_draft_alike_and_run_the_same_passes(monkeypat
     for rank, p in enumerate(ranks):
         p.bind(publish=rank == 0, alone_in_group=False)
         budget = p.driver.budget
-        assert isinstance(budget, ModelBudget)
+        assert isinstance(budget, SpeedBudget)
         budget.warmup, budget.explore_every = 12, 1000  # leave the warm-up within the test
         for r in requests:
             p.on_request_added(r.req_id, _params(r.req_id))

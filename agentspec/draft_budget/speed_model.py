@@ -109,7 +109,7 @@ class SpeedModel(BaseModel):
     #: Share of the memory left after the weights that holds the KV cache (vLLM's
     #: ``gpu_memory_utilization`` 0.9 less activations).
     kv_share: float = Field(0.85, gt=0, le=1)
-    # Fitted on an H200 (module docstring; agentspec.speed_calibration refits them).
+    # Fitted on an H200 (module docstring; benchmarks/speed_fit.py refits them).
     #: Share of the memory bandwidth reached reading the weights (with the per-layer cost
     #: beside it: the two together are the weights' time).
     memory_efficiency: float = Field(1.0, gt=0, le=1)

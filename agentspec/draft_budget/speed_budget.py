@@ -1,8 +1,8 @@
 """Draft limits chosen by the speed model, from the engine's own drafts.
 
 ``agentspec serve --agentspec-speed-model GPU:MODEL`` replaces the fixed batch rule
-(:class:`agentspec.budget.BatchBudget`) with :class:`ModelBudget`. At each batch size it
-limits drafts two ways, to what :mod:`agentspec.speed` estimates fastest: a cap on their
+(:class:`agentspec.draft_budget.batch_budget.BatchBudget`) with :class:`SpeedBudget`. At each batch size it
+limits drafts two ways, to what :mod:`agentspec.draft_budget.speed_model` estimates fastest: a cap on their
 length, and a path probability below which they stop (one of
 :data:`CUT_PROBS`). Verifying a token costs more as the batch grows, so
 at large batches a draft's unlikely tail stops paying for itself before its length does.
@@ -26,9 +26,9 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from agentspec.index.types import cut_length
-from agentspec.speed import DraftOutcomes, SpeedModel
+from agentspec.draft_budget.speed_model import DraftOutcomes, SpeedModel
 
-__all__ = ["CUT_PROBS", "DraftLimits", "ModelBudget", "fastest_limits"]
+__all__ = ["CUT_PROBS", "DraftLimits", "SpeedBudget", "fastest_limits"]
 
 #: Path probabilities a draft may be cut at, besides its policy's own (0.0: no further cut).
 #: A draft's path probabilities never rise along it, so a cut keeps a prefix.
@@ -77,8 +77,8 @@ def fastest_limits(
     return best
 
 
-class ModelBudget:
-    """The batch budget of :mod:`agentspec.budget`'s interface (``max_tokens``,
+class SpeedBudget:
+    """The batch budget of :mod:`agentspec.draft_budget.batch_budget`'s interface (``max_tokens``,
     ``tokens_for``, ``min_prob_for``), choosing limits with ``model`` (see the module
     docstring)."""
 

@@ -1,4 +1,4 @@
-"""Fitting the speed model to timed steps (agentspec.speed_calibration), the shipped
+"""Fitting the speed model to timed steps (benchmarks/speed_fit.py), the shipped
 defaults against the committed H200 measurements, and the two benchmark scripts."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentspec.speed import GPUS, MODELS, SpeedModel
-from agentspec.speed_calibration import (
+from agentspec.draft_budget.speed_model import GPUS, MODELS, SpeedModel
+from speed_fit import (
     ShapeDims,
     StepTime,
     StepTimes,
@@ -55,7 +55,7 @@ def test_the_fit_recovers_the_parameters_that_made_the_times() -> None:
 
 
 def test_a_shape_the_file_describes_is_priced_from_its_dimensions(tmp_path: Path) -> None:
-    # Llama-3-8B's dimensions give agentspec.speed's 8B (8.03e9 parameters, untied embeddings).
+    # Llama-3-8B's dimensions give agentspec.draft_budget.speed_model's 8B (8.03e9 parameters, untied embeddings).
     dims = {"hidden": 4096, "intermediate": 14336, "layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128}
     shape = ShapeDims(**dims, vocab=128256).model_shape("8b-copy")
     assert shape.params == pytest.approx(MODELS["8b"].params, rel=1e-3)
@@ -93,7 +93,7 @@ def test_bad_input_is_refused_by_name(tmp_path: Path) -> None:
     odd.write_text(
         json.dumps({"device": "x", "rows": [{"model": "13b", "batch": 1, "verified": 1, "context": 0, "seconds": 1}]})
     )
-    with pytest.raises(ValueError, match=r"model shapes \['13b'\] are neither in agentspec.speed.MODELS"):
+    with pytest.raises(ValueError, match=r"model shapes \['13b'\] are neither in agentspec.draft_budget.speed_model.MODELS"):
         StepTimes.load(odd)
     odd.write_text(json.dumps({"device": "x", "rows": [{"model": "8b", "batch": 0, "verified": 1, "context": 0}]}))
     with pytest.raises(ValueError, match="batch"):

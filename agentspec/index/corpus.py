@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from arctic_inference.suffix_decoding._C import SuffixTree
 
-from agentspec.policy import DraftPolicy
+from agentspec.index.policy import DraftPolicy
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ full drafts up to ``B_full`` (default 8), halving per doubling of the batch, non
 17–32 and 4 at 33–64. The rule is deliberately simple and monotone; a profile-driven
 rule (measured step time vs. tokens) can replace :meth:`BatchBudget.tokens_for` without
 touching the driver (:mod:`agentspec.driver`) that applies it: any :class:`DraftBudget`
-does, such as :class:`agentspec.model_budget.ModelBudget`, which chooses caps with a speed
+does, such as :class:`agentspec.draft_budget.speed_budget.SpeedBudget`, which chooses caps with a speed
 model of the engine.
 """
 

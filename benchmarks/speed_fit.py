@@ -2,7 +2,7 @@
 
 ``benchmarks/gpu_step_time.py`` times Llama-shaped decoding steps on a GPU and writes them
 as JSON (:class:`StepTimes`). :func:`fit_speed_model` finds the
-:class:`~agentspec.speed.SpeedModel` whose estimates come closest to those times (least
+:class:`~agentspec.draft_budget.speed_model.SpeedModel` whose estimates come closest to those times (least
 squares on the relative error), and :func:`relative_errors` says how close any speed model
 comes. The fit is a grid over the three efficiencies with the per-layer overhead solved in
 closed form at each point: four parameters and tens of measurements need nothing heavier.
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
-from agentspec.speed import MODELS, GpuSpec, ModelShape, SpeedModel
+from agentspec.draft_budget.speed_model import MODELS, GpuSpec, ModelShape, SpeedModel
 
 __all__ = ["ShapeDims", "StepTime", "StepTimes", "fit_speed_model", "relative_errors", "step_parts"]
 
@@ -49,7 +49,7 @@ class ShapeDims(BaseModel):
     vocab: PositiveInt
 
     def model_shape(self, name: str) -> ModelShape:
-        """As :class:`~agentspec.speed.ModelShape`: a Llama-style layer (QKV, output
+        """As :class:`~agentspec.draft_budget.speed_model.ModelShape`: a Llama-style layer (QKV, output
         projection, gated MLP) and untied embedding and output matrices."""
         per_layer = (
             self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
@@ -83,13 +83,13 @@ class StepTimes(BaseModel):
         unknown = sorted({row.model for row in times.rows} - set(MODELS) - set(times.shapes))
         if unknown:
             raise ValueError(
-                f"{path}: model shapes {unknown} are neither in agentspec.speed.MODELS {sorted(MODELS)}"
+                f"{path}: model shapes {unknown} are neither in agentspec.draft_budget.speed_model.MODELS {sorted(MODELS)}"
                 " nor described in the file's shapes"
             )
         return times
 
     def model_shapes(self) -> dict[str, ModelShape]:
-        """The shape of every row's model: :data:`~agentspec.speed.MODELS`' for the names it
+        """The shape of every row's model: :data:`~agentspec.draft_budget.speed_model.MODELS`' for the names it
         has (the shapes the speed model estimates with), the file's own for the others."""
         names = {row.model for row in self.rows}
         return {n: MODELS[n] if n in MODELS else self.shapes[n].model_shape(n) for n in names}
