@@ -31,12 +31,18 @@ PURPOSE: dict[str, str] = {
 }
 
 
+#: Where ``dist`` comes from until the distribution is released on PyPI: the wheels that
+#: scripts/build_dists.sh builds in a checkout of agentspec (the README's "Installing").
+SOURCE = "dist: scripts/build_dists.sh in a checkout of agentspec"
+
+
 def install_hint(extra: str) -> str:
-    """``pip install "vllm-agentspec[EXTRA]"`` (for serving: GPU and CPU builds of vLLM)."""
-    hint = f'pip install "{DISTRIBUTION}[{extra}]"'
+    """``pip install --find-links dist "vllm-agentspec[EXTRA]"`` and where ``dist`` comes
+    from (for serving: the GPU and the CPU build of vLLM)."""
+    hint = f'pip install --find-links dist "{DISTRIBUTION}[{extra}]"'
     if extra == "serve":
-        hint += f' (GPUs; on CPUs: pip install "{DISTRIBUTION}[cpu]")'
-    return hint
+        hint += f', on CPUs "{DISTRIBUTION}[cpu]"'
+    return f"{hint} ({SOURCE})"
 
 
 def missing_modules(extra: str) -> list[str]:

@@ -3,7 +3,8 @@
 # the base install's check in its own light environment (scripts/test_light.sh), the
 # OpenHands package's tests in their Python 3.12 environment (scripts/test_openhands.sh) and
 # the verl adapter's in verl's own environment (scripts/test_verl.sh); it also builds the
-# documentation site strictly (scripts/build_docs.sh).
+# documentation site strictly (scripts/build_docs.sh), and the four distributions, which it
+# installs from dist/ in environments of their own (scripts/test_dists.sh).
 # Extra arguments go to pytest and run the main suite only, e.g. `scripts/test.sh tests/core -x`.
 # Exits non-zero when either run fails.
 set -euo pipefail
@@ -44,6 +45,8 @@ if [ "$#" -eq 0 ]; then
   stage light scripts/test_light.sh --durations=10
   stage openhands scripts/test_openhands.sh --durations=20
   stage verl scripts/test_verl.sh --durations=10
+  # The four distributions built into dist/ and installed from there (scripts/test_dists.sh).
+  stage dists scripts/test_dists.sh
 fi
 echo "== stages (wall time)"
 printf '%s\n' "${stages[@]}"

@@ -46,7 +46,8 @@ def test_index_names_without_the_index_extra_name_it() -> None:
         "except ImportError as e:\n"
         "    print(e)\n"
     )
-    assert 'pip install "vllm-agentspec[index]"' in message and "numpy" in message
+    assert 'pip install --find-links dist "vllm-agentspec[index]"' in message and "numpy" in message
+    assert "scripts/build_dists.sh" in message
 
 
 def test_version_and_unknown_names() -> None:
@@ -84,4 +85,5 @@ def test_commands_without_their_extra_say_which_to_install(
     result = CliRunner().invoke(app, args, env={"COLUMNS": "500"})
     assert result.exit_code == 1, result.output
     assert all(extra in result.output for extra in extras), result.output
+    assert "pip install --find-links dist" in result.output and "scripts/build_dists.sh" in result.output
     assert blocked in result.output
