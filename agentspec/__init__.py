@@ -6,7 +6,7 @@ framework code. The engine plugin (:mod:`agentspec.engine`), the client
 
 Importing :mod:`agentspec` imports nothing else: the names below load on first use
 (PEP 562), so the client and the wire contract stay light in the base install. The draft
-index needs the ``index`` extra (``pip install "vllm-agentspec[index]"``); without it,
+index needs the ``index`` extra (README, "Installing"); without it,
 using its names raises an :class:`ImportError` that says so.
 """
 

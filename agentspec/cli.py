@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from agentspec.engine.serve import SERVE_CONTEXT, serve
+from agentspec.engine.launcher.serve import SERVE_CONTEXT, serve
 from agentspec.replay.cli import bench
 
 app = typer.Typer(

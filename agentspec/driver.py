@@ -1,6 +1,6 @@
 """One stream of requests through the draft index: what the server and the replay both run.
 
-The vLLM proposers (:mod:`agentspec.engine.drafting`) and the replay benchmark's
+The vLLM proposers (:mod:`agentspec.engine.worker.drafting`) and the replay benchmark's
 ``agentspec`` proposer drive the index only through :class:`RequestDriver`, so a replay
 figure comes from the server's own drafting logic: the same seeds, the same clipping at a
 request's stop, the same verification records (which calibrate the levels) and the same

@@ -56,6 +56,7 @@ __all__ = [
     "check_policy_request",
     "check_seeds_request",
     "check_vocabulary",
+    "refuse_reserved_xargs",
     "error_body",
     "is_valid_id",
     "parse_seeds",
@@ -320,6 +321,27 @@ def check_vocabulary(spec: SeedSpec, token_ids: Sequence[int], vocab_size: int) 
         raise WireError(
             f"{spec.where}.token_ids must be a list of integers in [0, {vocab_size})", f"{spec.where}.token_ids"
         )
+
+
+def refuse_reserved_xargs(xargs: dict[str, Any]) -> None:
+    """Raise :class:`WireError` when a caller's ``vllm_xargs`` holds a key only the server
+    may set (seeds, the seed-only mark, policy versions, the tenant, the admission token),
+    saying where that data goes instead."""
+    where = {key: f"vllm_xargs.{key}" for key in xargs}
+    if XARG_SEEDS in xargs:
+        raise WireError(f"{where[XARG_SEEDS]} is reserved; send seeds in the top-level field {SEEDS_FIELD}", where[XARG_SEEDS])
+    if XARG_SEED_ONLY in xargs:
+        raise WireError(f"{where[XARG_SEED_ONLY]} is reserved; send seeds alone to POST {SEEDS_PATH}", where[XARG_SEED_ONLY])
+    for key in (XARG_POLICY_VERSION, XARG_KEEP_OLD_OUTPUTS):
+        if key in xargs:
+            raise WireError(f"{where[key]} is reserved; announce a policy with POST {POLICY_PATH}", where[key])
+    if XARG_TENANT in xargs:
+        raise WireError(
+            f"{where[XARG_TENANT]} is reserved: the server derives the tenant from the API key and {CACHE_SALT_FIELD}",
+            where[XARG_TENANT],
+        )
+    if XARG_ADMISSION in xargs:
+        raise WireError(f"{where[XARG_ADMISSION]} is reserved for the server", where[XARG_ADMISSION])
 
 
 def seed_tokens_over_limit(limit: int, where: str) -> WireError:

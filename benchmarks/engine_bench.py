@@ -37,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from agentspec.engine.config import DrafterSettings, EngineSettings
+from agentspec.engine.settings import DrafterSettings, EngineSettings
 from agentspec.testing.server import VLLMServer
 from agentspec.testing.tiny_model import ENV_DIR, build_tiny_drafter, build_tiny_model
 

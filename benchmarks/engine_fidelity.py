@@ -36,7 +36,7 @@ import httpx
 import numpy as np
 
 from agentspec import wire
-from agentspec.engine.config import EngineSettings
+from agentspec.engine.settings import EngineSettings
 from agentspec.index import DraftIndex
 from agentspec.index.policy import IndexConfig
 from agentspec.replay import ReplayConfig, replay_workloads

@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from agentspec import DraftIndex
-from agentspec.engine.config import EngineSettings
+from agentspec.engine.settings import EngineSettings
 from agentspec.engine.exchange import RedisExchange, RedisExchangeConfig
 from agentspec.draft_budget.speed_model import parse_speed_model
 from agentspec.testing.redis_server import RedisServer

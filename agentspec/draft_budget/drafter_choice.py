@@ -13,7 +13,7 @@ model drafter is expected to deliver; otherwise the model drafter's (:func:`choo
 
 The drafter's forward pass is batched, so it is skipped only for a whole step in which
 no request chose it (:func:`model_runs`). No vLLM here: the engine adapter
-(:mod:`agentspec.engine.hybrid_drafting`) applies these rules.
+(:mod:`agentspec.engine.worker.hybrid_drafting`) applies these rules.
 """
 
 from __future__ import annotations

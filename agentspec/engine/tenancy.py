@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["DEFAULT_TENANT", "SHARED_TENANT", "bearer_token", "tenant_for"]
+__all__ = ["DEFAULT_TENANT", "SHARED_TENANT", "bearer_token", "request_tenant", "tenant_for"]
 
 DEFAULT_TENANT = ""
 #: The one tenant of a server started with ``share_across_tenants``.
@@ -35,6 +35,15 @@ def tenant_for(api_key: str | None, cache_salt: str | None) -> str:
     if cache_salt:
         parts.append("s-" + _digest("salt", cache_salt))
     return ".".join(parts)
+
+
+def request_tenant(share_across_tenants: bool, api_key: str | None, cache_salt: object) -> str:
+    """The tenant a request drafts in: :func:`tenant_for` its key and salt (a salt that is
+    not a string counts as none), or the one shared tenant when the operator shares
+    drafting across tenants."""
+    if share_across_tenants:
+        return SHARED_TENANT
+    return tenant_for(api_key, cache_salt if isinstance(cache_salt, str) else None)
 
 
 def bearer_token(authorization: str | None) -> str | None:

@@ -8,7 +8,7 @@ Python API::
     print(result.record("agentspec").al)
 
 See ``docs/bench.md`` for the method, the options and the cost model. The benchmark needs
-the ``bench`` extra (``pip install "vllm-agentspec[bench]"``). The names below load on first
+the ``bench`` extra (README, "Installing"). The names below load on first
 use (PEP 562), so that ``agentspec bench --help`` and the settings classes import without it.
 """
 

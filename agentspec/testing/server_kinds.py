@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentspec.engine.config import DrafterSettings, EngineSettings
+from agentspec.engine.settings import DrafterSettings, EngineSettings
 from agentspec.index.policy import IndexConfig
 from agentspec.testing.server import DEFAULT_KV_CACHE_BYTES, VLLMServer
 

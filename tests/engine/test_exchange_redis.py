@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-redis = pytest.importorskip("redis", reason='the Redis exchange needs redis-py: pip install "vllm-agentspec[redis]"')
+redis = pytest.importorskip("redis", reason="the Redis exchange needs redis-py (the redis extra)")
 
 from agentspec.engine.exchange import (
     PeerOutput,

@@ -8,7 +8,7 @@ per-session statistics and the replay's counts must be equal: the benchmark runs
 the server runs, with the same index settings.
 
 At higher concurrency the batch budget cuts drafts and calls in flight see each other's
-text; the server's step log (``agentspec.engine.step_log``) records each step's batch and
+text; the server's step log (``agentspec.engine.worker.step_log``) records each step's batch and
 caps, and ``agentspec.replay.step_replay`` redoes the steps from it: equal, step by step.
 """
 

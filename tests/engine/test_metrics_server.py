@@ -17,7 +17,7 @@ import pytest
 from engine_helpers import MODEL, PROMPTS, chat_ok
 
 from agentspec import wire
-from agentspec.engine.prometheus import SERIES
+from agentspec.engine.api_server.prometheus import SERIES
 from agentspec.testing.pytest_plugin import SECURED_API_KEYS
 from agentspec.testing.stats import metric_value, scrape
 

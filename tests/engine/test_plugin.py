@@ -8,13 +8,13 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from agentspec.engine import config
+from agentspec.engine import settings as engine_settings
 from agentspec.engine.vllm import import_hook, plugin, workers
 from agentspec.engine.vllm import runner as runner_patch
 
 
 def test_inert_without_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(config.ENV_CONFIG, raising=False)
+    monkeypatch.delenv(engine_settings.ENV_CONFIG, raising=False)
     before = list(sys.meta_path)
     plugin.register()
     assert sys.meta_path == before
@@ -24,7 +24,7 @@ def test_inert_without_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_unsupported_vllm_fails_clearly(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
     import vllm
 
-    monkeypatch.setenv(config.ENV_CONFIG, "{}")
+    monkeypatch.setenv(engine_settings.ENV_CONFIG, "{}")
     monkeypatch.setattr(vllm, "__version__", version)
     with pytest.raises(plugin.UnsupportedVLLMError) as err:
         plugin.register()
@@ -43,7 +43,7 @@ def test_surface_checked_vllm_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_bad_settings_fail_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(config.ENV_CONFIG, '{"full_draft_batch": 0}')
+    monkeypatch.setenv(engine_settings.ENV_CONFIG, '{"full_draft_batch": 0}')
     with pytest.raises(ValueError, match="full_draft_batch"):
         plugin.register()
 
@@ -63,18 +63,18 @@ def test_exchange_only_for_a_rank_alone_in_its_groups(tp: int, pp: int, alone: b
 
 def test_v2_model_runner_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     # The V2 runner never calls the patched V1 code: agentspec would not be in the loop.
-    monkeypatch.setenv(config.ENV_CONFIG, "{}")
+    monkeypatch.setenv(engine_settings.ENV_CONFIG, "{}")
     monkeypatch.setenv(plugin.V2_RUNNER_ENV, "1")
     with pytest.raises(plugin.UnsupportedVLLMError, match=r"VLLM_USE_V2_MODEL_RUNNER=1") as err:
         plugin.register()
     # The message says what to do: drop the variable, or run vLLM without agentspec.
     assert f"Unset {plugin.V2_RUNNER_ENV}" in str(err.value)
-    assert f"unset {config.ENV_CONFIG}" in str(err.value)
+    assert f"unset {engine_settings.ENV_CONFIG}" in str(err.value)
 
 
 @pytest.mark.parametrize("value", [None, "0"])
 def test_v1_model_runner_accepted(monkeypatch: pytest.MonkeyPatch, value: str | None) -> None:
-    monkeypatch.setenv(config.ENV_CONFIG, "{}")
+    monkeypatch.setenv(engine_settings.ENV_CONFIG, "{}")
     monkeypatch.setenv(plugin.V2_RUNNER_ENV, value or "")  # restored after: register() pins it
     if value is None:
         monkeypatch.delenv(plugin.V2_RUNNER_ENV)
@@ -94,7 +94,7 @@ def test_v1_model_runner_accepted(monkeypatch: pytest.MonkeyPatch, value: str | 
 
 
 def test_v2_model_runner_ignored_without_agentspec(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(config.ENV_CONFIG, raising=False)
+    monkeypatch.delenv(engine_settings.ENV_CONFIG, raising=False)
     monkeypatch.setenv(plugin.V2_RUNNER_ENV, "1")
     plugin.register()  # a plain vLLM server may run whichever runner it likes
 

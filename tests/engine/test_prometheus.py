@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from agentspec.engine.metrics import SCHEMA_VERSION, SnapshotReader, SnapshotWriter
-from agentspec.engine.prometheus import (
+from agentspec.engine.snapshots import SCHEMA_VERSION, SnapshotReader, SnapshotWriter
+from agentspec.engine.api_server.prometheus import (
     SERIES,
     MultiprocessFiles,
     SnapshotCollector,

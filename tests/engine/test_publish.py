@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from engine_helpers import vllm_config_stand_in
 
-from agentspec.engine.config import EngineSettings
+from agentspec.engine.settings import EngineSettings
 
 proposer_mod = pytest.importorskip("agentspec.engine.vllm.proposers", reason="needs vLLM")
-from agentspec.engine import drafting  # noqa: E402
+from agentspec.engine.worker import drafting  # noqa: E402
 
 
 class _Clock:

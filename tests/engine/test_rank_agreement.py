@@ -22,12 +22,12 @@ import numpy as np
 import pytest
 from engine_helpers import vllm_config_stand_in
 
-from agentspec.engine.config import DrafterSettings, EngineSettings
+from agentspec.engine.settings import DrafterSettings, EngineSettings
 
 hybrid_mod = pytest.importorskip("agentspec.engine.vllm.proposers", reason="needs vLLM")
 import torch  # noqa: E402 - vLLM's dependency
 
-from agentspec.engine import drafting, hybrid_drafting  # noqa: E402
+from agentspec.engine.worker import drafting, hybrid_drafting  # noqa: E402
 from agentspec.engine.vllm import plugin  # noqa: E402
 from agentspec.engine.vllm import runner as runner_patch  # noqa: E402
 from agentspec.draft_budget.speed_budget import SpeedBudget  # noqa: E402

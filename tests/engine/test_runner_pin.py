@@ -20,11 +20,11 @@ from typer.testing import CliRunner
 
 pytest.importorskip("vllm")
 
-from agentspec.engine import config  # noqa: E402
+from agentspec.engine import settings as engine_settings  # noqa: E402
 from agentspec.engine.vllm import import_hook, plugin, workers  # noqa: E402
 from agentspec.engine.vllm import runner as runner_patch  # noqa: E402
-from agentspec.engine.config import EngineSettings  # noqa: E402
-from agentspec.engine.serve import build_env  # noqa: E402
+from agentspec.engine.settings import EngineSettings  # noqa: E402
+from agentspec.engine.launcher.serve import build_env  # noqa: E402
 
 #: What a user gives up with the V1 runner; every refusal names them.
 V2_ONLY = ("prefill context parallel", "DSpark", "adaptive verification", "HiSparse")
@@ -34,7 +34,7 @@ V2_ONLY = ("prefill context parallel", "DSpark", "adaptive verification", "HiSpa
 def agentspec_on(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """agentspec enabled, ``VLLM_USE_V2_MODEL_RUNNER`` unset (and put back as it was after
     the test: ``register()`` sets it), and ``register()`` patching nothing in this process."""
-    monkeypatch.setenv(config.ENV_CONFIG, "{}")
+    monkeypatch.setenv(engine_settings.ENV_CONFIG, "{}")
     monkeypatch.setenv(plugin.V2_RUNNER_ENV, "")  # records the value to restore
     monkeypatch.delenv(plugin.V2_RUNNER_ENV)
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
@@ -65,7 +65,7 @@ def _config_with_triton(monkeypatch: pytest.MonkeyPatch, method: str) -> Any:
 
 def test_on_cuda_vllm_alone_picks_v2_for_the_hybrids_methods(monkeypatch: pytest.MonkeyPatch) -> None:
     # The control: without agentspec, the patched HAS_TRITON does select V2 for draft_model.
-    monkeypatch.delenv(config.ENV_CONFIG, raising=False)
+    monkeypatch.delenv(engine_settings.ENV_CONFIG, raising=False)
     monkeypatch.setenv(plugin.V2_RUNNER_ENV, "")
     monkeypatch.delenv(plugin.V2_RUNNER_ENV)
     assert _config_with_triton(monkeypatch, "draft_model").use_v2_model_runner is True
@@ -90,7 +90,7 @@ def test_register_keeps_an_explicit_choice(agentspec_on: pytest.MonkeyPatch) -> 
 def test_register_pins_nothing_without_agentspec(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    monkeypatch.delenv(config.ENV_CONFIG, raising=False)
+    monkeypatch.delenv(engine_settings.ENV_CONFIG, raising=False)
     monkeypatch.setenv(plugin.V2_RUNNER_ENV, "")
     monkeypatch.delenv(plugin.V2_RUNNER_ENV)
     plugin.register()
@@ -111,7 +111,7 @@ def test_serve_pins_the_v1_runner() -> None:
 def test_dry_run_shows_the_pinned_runner(extra: list[str]) -> None:
     import typer
 
-    from agentspec.engine.serve import SERVE_CONTEXT, serve
+    from agentspec.engine.launcher.serve import SERVE_CONTEXT, serve
 
     app = typer.Typer()
     app.command("serve", context_settings=SERVE_CONTEXT)(serve)
@@ -119,7 +119,7 @@ def test_dry_run_shows_the_pinned_runner(extra: list[str]) -> None:
     result = CliRunner().invoke(app, ["serve", "m", *extra, "--agentspec-dry-run"])
     assert result.exit_code == 0, result.output
     words = shlex.split(result.output)
-    assert words[0].startswith(f"{config.ENV_CONFIG}=")
+    assert words[0].startswith(f"{engine_settings.ENV_CONFIG}=")
     assert f"{plugin.V2_RUNNER_ENV}=0" in words[: words.index("-m")]
 
 

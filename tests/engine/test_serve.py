@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 import shlex
 import socket
 import subprocess
@@ -12,10 +13,11 @@ from pathlib import Path
 
 import pytest
 import typer
+from pydantic import BaseModel
 from typer.testing import CliRunner
 
-from agentspec.engine.config import ENV_CONFIG, DrafterSettings, EngineSettings
-from agentspec.engine.serve import (
+from agentspec.engine.settings import ENV_CONFIG, DrafterSettings, EngineSettings
+from agentspec.engine.launcher.serve import (
     MIDDLEWARE,
     SERVE_CONTEXT,
     build_command,
@@ -212,7 +214,7 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
         (["a", "--model", "b"], "two models: 'a' and --model 'b'"),
         (["m", "--agentspec-speed-model", "tpu:8b"], "speed model 'tpu:8b': expected GPU:MODEL with GPU one of"),
         (["m", "--agentspec-drafter", "./no/such/drafter"], "--agentspec-drafter: no such model folder: ./no/such/drafter"),
-        (["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-tokens", "0"], "--agentspec-drafter-tokens must be at least 1, got 0"),
+        (["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-tokens", "0"], "--agentspec-drafter-tokens: Input should be greater than or equal to 1, got 0"),
         (["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-tokens", "33"],
          "--agentspec-drafter-tokens 33 is more than the longest draft (32 tokens)"),
         (["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"method": "suffix"}'],
@@ -235,7 +237,7 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
         (["m", "--speculative-config", '{"method": "draft_model", "model": "d"}'],
          "--speculative-config has method 'draft_model' (for a model drafter beside the index, use --agentspec-drafter)"),
         (["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-method", "medusa"],
-         "--agentspec-drafter-method must be one of draft_model, eagle, eagle3, got 'medusa'"),
+         "--agentspec-drafter-method: Input should be 'draft_model', 'eagle' or 'eagle3', got medusa"),
         (["m", "--agentspec-drafter", "org/head", "--agentspec-drafter-method", "eagle3", "--speculative-config",
           '{"method": "eagle"}'],
          "with --agentspec-drafter the speculative method is eagle3 (--agentspec-drafter-method); --speculative-config has 'eagle'"),
@@ -243,6 +245,14 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
          "--agentspec-drafter-method sets up a model drafter: give --agentspec-drafter MODEL with it"),
         (["m", "--agentspec-drafter-tokens=3"],
          "--agentspec-drafter-tokens sets up a model drafter: give --agentspec-drafter MODEL with it"),
+        # Values the settings refuse, each named by its option (never by its field).
+        (["m", "--agentspec-full-draft-batch", "-3"], "--agentspec-full-draft-batch: Input should be greater than or equal to 1, got -3"),
+        (["m", "--agentspec-full-draft-batch", "many"], "--agentspec-full-draft-batch: Input should be a valid integer"),
+        (["m", "--agentspec-no-draft-batch", "4"], "--agentspec-no-draft-batch must be >= --agentspec-full-draft-batch"),
+        (["m", "--agentspec-publish-interval", "0"], "--agentspec-publish-interval: Input should be greater than 0, got 0"),
+        (["m", "--agentspec-index-config", '{"nope": 1}'], "--agentspec-index-config: nope: Extra inputs are not permitted"),
+        (["m", "--agentspec-index-config", "{nope"], "--agentspec-index-config: not valid JSON"),
+        (["m", "--agentspec-replica-id", ""], "--agentspec-replica-id: String should have at least 1 character"),
     ],
 )
 def test_bad_invocations_get_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -260,7 +270,7 @@ def test_version_answers_without_vllm() -> None:
 
 
 def test_dry_run_prints_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
-    import agentspec.engine.serve as serve_module
+    import agentspec.engine.launcher.serve as serve_module
 
     token = "tok-0123456789abcdef"
     monkeypatch.setattr(serve_module.secrets, "token_hex", lambda n: token)  # the generated admission token
@@ -300,3 +310,55 @@ def test_h_is_help_everywhere(args: list[str]) -> None:
         # agentspec's options, and where vLLM's are listed.
         assert "--agentspec-drafter" in result.output
         assert "agentspec.engine.vllm.launch --help" in result.output
+
+
+def _leaf_fields(model: type[BaseModel], prefix: str = "") -> set[str]:
+    """Every field of ``model`` by dotted path, a nested model's fields in its place."""
+    out: set[str] = set()
+    for name, field in model.model_fields.items():
+        inner = [a for a in getattr(field.annotation, "__args__", (field.annotation,)) if a is not type(None)]
+        if len(inner) == 1 and isinstance(inner[0], type) and issubclass(inner[0], BaseModel) and name != "index":
+            out |= _leaf_fields(inner[0], f"{prefix}{name}.")
+        else:
+            out.add(prefix + name)
+    return out
+
+
+def test_serve_help_lists_one_option_per_setting() -> None:
+    """What ``serve -h`` shows is the settings: every field an option, the admission token
+    (a secret drawn per launch) the only exception, and only the dry run besides."""
+    from agentspec.cli import app
+    from agentspec.engine.launcher.options import setting_options
+
+    result = CliRunner().invoke(app, ["serve", "-h"], env={"COLUMNS": "240"}, terminal_width=240)
+    assert result.exit_code == 0, result.output
+    shown = set(re.findall(r"(--agentspec-[a-z-]+)", result.output))
+    by_flag = {o.flag: ".".join(o.path) for o in setting_options()}
+    assert shown == {*by_flag, "--agentspec-dry-run"}
+    assert set(by_flag.values()) == _leaf_fields(EngineSettings) - {"admission_token"}
+    # Help and defaults are the fields' own.
+    assert "Full-length drafts up to this many running requests." in result.output
+    assert "[default: 8]" in result.output and "[default: 32768]" in result.output
+    # A flag takes no value, so no type follows it.
+    (line,) = [line for line in result.output.splitlines() if "--agentspec-share-across-tenants" in line]
+    assert "<bool>" not in line and "TEXT" not in line
+
+
+def test_every_setting_reaches_the_server_from_its_option(tmp_path: Path) -> None:
+    args = [
+        "serve", "m", "--agentspec-dry-run",
+        "--agentspec-publish-interval", "0.5",
+        "--agentspec-exchange-interval", "2",
+        "--agentspec-exchange-step-budget", "0.02",
+        "--agentspec-index-config", '{"max_sessions": 1000}',
+        "--agentspec-max-seeds", "3",
+        "--agentspec-share-across-tenants",
+    ]
+    result = CliRunner().invoke(_app(), args)
+    assert result.exit_code == 0, result.output
+    settings = EngineSettings.model_validate_json(shlex.split(result.output)[0].split("=", 1)[1].replace('"***"', "null"))
+    assert settings.publish_interval_s == 0.5 and settings.exchange_interval_s == 2.0
+    assert settings.exchange_step_budget_s == 0.02 and settings.max_seeds_per_request == 3
+    assert settings.index.max_sessions == 1000 and settings.share_across_tenants
+    # Options not given keep the fields' defaults (and are not written out).
+    assert '"full_draft_batch"' not in result.output and settings.full_draft_batch == 8

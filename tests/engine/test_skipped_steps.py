@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from engine_helpers import completion_ok, server_stats, session_stats, vllm_config_stand_in, wait_for
 
-from agentspec.engine.config import DrafterSettings, EngineSettings
+from agentspec.engine.settings import DrafterSettings, EngineSettings
 from agentspec.engine.tenancy import SHARED_TENANT
 
 proposer_mod = pytest.importorskip("agentspec.engine.vllm.proposers", reason="needs vLLM")

@@ -313,7 +313,7 @@ def test_data_parallel_engines_keep_their_index_after_the_rank_reset() -> None:
     # resets its rank to 0; agentspec names engines by data_parallel_index, which survives.
     from vllm.config import ParallelConfig
 
-    from agentspec.engine.drafting import data_parallel_index
+    from agentspec.engine.worker.drafting import data_parallel_index
 
     config = ParallelConfig(data_parallel_size=2, data_parallel_rank=1)
     config.reconfigure_for_independent_dp_rank()
@@ -327,7 +327,7 @@ def test_full_cudagraph_sizes_for_serves_draft_length() -> None:
     # requests (docs/engine.md, "Running on GPUs", says how to raise the ceiling).
     from vllm.config.compilation import CompilationConfig
 
-    from agentspec.engine.serve import default_speculative_config
+    from agentspec.engine.launcher.serve import default_speculative_config
 
     k = default_speculative_config()["num_speculative_tokens"]
     assert k == 32

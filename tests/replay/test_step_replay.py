@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentspec.engine.step_log import StepLog, read_step_log, step_log_path
+from agentspec.engine.worker.step_log import StepLog, read_step_log, step_log_path
 from agentspec.index import DraftIndex
 from agentspec.replay.step_replay import LoggedCall, replay_steps, requests_by_session
 

@@ -1,7 +1,7 @@
 """The ``vllm.general_plugins`` entry point: wires agentspec's proposers into vLLM.
 
 vLLM runs :func:`register` in every process it starts. Nothing happens unless
-:data:`agentspec.engine.config.ENV_CONFIG` is set (``agentspec serve`` sets it): installing
+:data:`agentspec.engine.settings.ENV_CONFIG` is set (``agentspec serve`` sets it): installing
 agentspec leaves a plain vLLM server untouched. With it set, :func:`register` checks the
 settings and vLLM's version (an unsupported vLLM fails at start-up, naming the supported
 series), pins vLLM's V1 model runner (:func:`pin_model_runner`), and arranges for the
@@ -16,21 +16,21 @@ from __future__ import annotations
 
 import os
 
-from agentspec.engine import config
+from agentspec._extras import install_hint
+from agentspec.engine import settings as engine_settings
 from agentspec.engine.vllm import runner, surface, workers
 from agentspec.engine.vllm.errors import UnsupportedVLLMError
 from agentspec.engine.vllm.import_hook import patch_when_imported
-from agentspec.engine.vllm.surface import SUPPORTED_VLLM_SERIES, supported_series_text
-from agentspec.engine.vllm.workers import V2_RUNNER_ENV
+from agentspec.engine.vllm.surface import SUPPORTED_VLLM_SERIES, V2_RUNNER_ENV, supported_series_text
 
 __all__ = ["SUPPORTED_VLLM_SERIES", "V2_RUNNER_ENV", "UnsupportedVLLMError", "register"]
 
 
 def register() -> None:
     """Entry point, run by vLLM in every process it starts (possibly more than once)."""
-    if not config.enabled():
+    if not engine_settings.enabled():
         return
-    config.load_settings()  # bad settings fail here, at start-up, in every process
+    engine_settings.load_settings()  # bad settings fail here, at start-up, in every process
     check_vllm_version()
     pin_model_runner()
     check_model_runner()
@@ -60,8 +60,8 @@ def check_vllm_version() -> str:
     if surface.series_of(version) not in SUPPORTED_VLLM_SERIES:
         raise UnsupportedVLLMError(
             f"agentspec's engine plugin supports vLLM {supported_series_text()};"
-            f" this is vLLM {version}. Install a supported vLLM (`pip install \"vllm-agentspec[serve]\"`"
-            f" or `[cpu]`), or unset {config.ENV_CONFIG} to run vLLM without agentspec."
+            f" this is vLLM {version}. Install a supported vLLM ({install_hint('serve')}),"
+            f" or unset {engine_settings.ENV_CONFIG} to run vLLM without agentspec."
         )
     return version
 
@@ -80,5 +80,5 @@ def check_model_runner() -> None:
             f"agentspec patches vLLM's V1 model runner ({runner.RUNNER_MODULE}), but"
             f" {V2_RUNNER_ENV}={os.environ.get(V2_RUNNER_ENV)} selects the V2 model runner,"
             f" which agentspec does not support. Unset {V2_RUNNER_ENV} (or set it to 0),"
-            f" or unset {config.ENV_CONFIG} to run vLLM without agentspec."
+            f" or unset {engine_settings.ENV_CONFIG} to run vLLM without agentspec."
         )

@@ -4,7 +4,7 @@ agentspec's drafting mixed in before them.
 The plugin puts these in place of the runner module's ``SuffixDecodingProposer``,
 ``DraftModelProposer`` and ``EagleProposer`` (:mod:`agentspec.engine.vllm.runner`). They
 hold no logic of their own beyond construction and the calls into vLLM's model drafter:
-the drafting is :mod:`agentspec.engine.drafting`'s and :mod:`agentspec.engine.hybrid_drafting`'s.
+the drafting is :mod:`agentspec.engine.worker.drafting`'s and :mod:`agentspec.engine.worker.hybrid_drafting`'s.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from vllm.v1.spec_decode.eagle import EagleProposer
 from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
 
-from agentspec.engine.config import EngineSettings
-from agentspec.engine.drafting import SuffixDrafting
-from agentspec.engine.hybrid_drafting import HybridDrafting
+from agentspec.engine.settings import EngineSettings
+from agentspec.engine.worker.drafting import SuffixDrafting
+from agentspec.engine.worker.hybrid_drafting import HybridDrafting
 
 __all__ = ["AgentspecProposer", "HybridEagleProposer", "HybridProposer"]
 

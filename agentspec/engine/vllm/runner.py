@@ -32,7 +32,7 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from agentspec.engine import config
+from agentspec.engine import settings as engine_settings
 from agentspec.engine.vllm import surface
 from agentspec.engine.vllm.errors import UnsupportedVLLMError
 from agentspec.engine.vllm.import_hook import is_patched, mark_patched
@@ -50,13 +50,13 @@ def check_async_scheduling(vllm_config: Any, drafter: Any) -> None:
     scheduling: its drafts are lists (one length per request), and vLLM's async path
     asserts a tensor of drafts. vLLM turns async scheduling on by default for
     ``draft_model`` and EAGLE on CUDA, so a plain ``vllm serve`` gets it unless told not to."""
-    from agentspec.engine.hybrid_drafting import HybridDrafting
+    from agentspec.engine.worker.hybrid_drafting import HybridDrafting
 
     if isinstance(drafter, HybridDrafting) and getattr(vllm_config.scheduler_config, "async_scheduling", False):
         raise UnsupportedVLLMError(
             "agentspec's hybrid drafting needs vLLM's synchronous scheduling (its drafts differ in"
             " length per request, which vLLM's async scheduling cannot take): pass --no-async-scheduling"
-            f" (agentspec serve does), or unset {config.ENV_CONFIG} to run vLLM without agentspec."
+            f" (agentspec serve does), or unset {engine_settings.ENV_CONFIG} to run vLLM without agentspec."
         )
 
 
@@ -67,7 +67,7 @@ def check_data_parallel_moe(vllm_config: Any, drafter: Any) -> None:
     chooses its drafter passes per engine, from its own requests. vLLM turns its own
     dynamic speculation off under data parallelism for the same reason. (vLLM runs the
     engines of a dense model independently, each as data-parallel size 1: no constraint.)"""
-    from agentspec.engine.hybrid_drafting import HybridDrafting
+    from agentspec.engine.worker.hybrid_drafting import HybridDrafting
 
     if not isinstance(drafter, HybridDrafting):
         return
@@ -78,7 +78,7 @@ def check_data_parallel_moe(vllm_config: Any, drafter: Any) -> None:
             f" (data_parallel_size={size}): it chooses its number of drafter passes per engine, and the"
             " engines' MoE layers synchronise every forward pass, so they would hang (vLLM forbids its own"
             " dynamic speculation there too). Run without --agentspec-drafter (the session draft index alone),"
-            f" or without data parallelism, or unset {config.ENV_CONFIG} to run vLLM without agentspec."
+            f" or without data parallelism, or unset {engine_settings.ENV_CONFIG} to run vLLM without agentspec."
         )
 
 
@@ -86,8 +86,8 @@ def patch_runner(module: ModuleType) -> None:
     """Patch the V1 runner module (see the module's docstring)."""
     if is_patched(module):
         return
-    from agentspec.engine.drafting import SessionDrafting
-    from agentspec.engine.hybrid_drafting import HybridDrafting
+    from agentspec.engine.worker.drafting import SessionDrafting
+    from agentspec.engine.worker.hybrid_drafting import HybridDrafting
     from agentspec.engine.vllm import fixes
     from agentspec.engine.vllm.proposers import AgentspecProposer, HybridEagleProposer, HybridProposer
 
@@ -216,6 +216,6 @@ def _is_alone_in_group(runner: Any) -> bool:
 
 def worker_name(runner: Any) -> str:
     """The worker's name in statistics files and step logs (by its data-parallel index)."""
-    from agentspec.engine.drafting import data_parallel_index
+    from agentspec.engine.worker.drafting import data_parallel_index
 
     return f"proposer-dp{data_parallel_index(getattr(runner.vllm_config, 'parallel_config', None))}"

@@ -39,6 +39,9 @@ def _series(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
+#: Selects vLLM's V2 model runner (``vllm.v1.worker.gpu.model_runner``; on CPU
+#: ``vllm.v1.worker.cpu.model_runner``), which agentspec does not patch.
+V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 #: Every vLLM series the plugin accepts at start-up.
 SUPPORTED_VLLM_SERIES: tuple[str, ...] = tuple(
     dict.fromkeys([*RUN_VLLM_SERIES, *map(_series, SURFACE_CHECKED_RELEASES)])
@@ -84,8 +87,8 @@ def _p(key: str, kind: Kind, used_by: str, *paths: str) -> Part:
 _RUNNER = "vllm.v1.worker.gpu_model_runner"
 _BATCH = "vllm.v1.worker.gpu_input_batch"
 _PLUGIN = "engine.vllm.runner"
-_PROPOSER = "engine.drafting"
-_HYBRID = "engine.hybrid_drafting"
+_PROPOSER = "engine.worker.drafting"
+_HYBRID = "engine.worker.hybrid_drafting"
 
 SURFACE: tuple[Part, ...] = (
     # The V1 model runner: patched in place (engine.vllm.runner).
@@ -189,14 +192,14 @@ SURFACE: tuple[Part, ...] = (
     _p("configure_logging_from_args", "name", "engine.vllm.launch", "vllm.logger:configure_logging_from_args"),
     _p("FlexibleArgumentParser", "name", "engine.vllm.args", "vllm.utils.argparse_utils:FlexibleArgumentParser"),
     _p("EngineArgs.model", "member", "engine.vllm.args", "vllm.engine.arg_utils:EngineArgs.model"),
-    # The API server: vLLM authenticates before agentspec reads a request (engine.middleware).
-    _p("api_key_env", "env", "engine.middleware", "vllm.envs:VLLM_API_KEY"),
-    _p("AuthenticationMiddleware", "name", "engine.middleware", "vllm.entrypoints.serve.middleware.authenticate:AuthenticationMiddleware"),
+    # The API server: vLLM authenticates before agentspec reads a request (engine.api_server.auth).
+    _p("api_key_env", "env", "engine.api_server.auth", "vllm.envs:VLLM_API_KEY"),
+    _p("AuthenticationMiddleware", "name", "engine.api_server.auth", "vllm.entrypoints.serve.middleware.authenticate:AuthenticationMiddleware"),
     _p(
-        "AuthenticationMiddleware.verify_token", "member", "engine.middleware",
+        "AuthenticationMiddleware.verify_token", "member", "engine.api_server.auth",
         "vllm.entrypoints.serve.middleware.authenticate:AuthenticationMiddleware.verify_token",
     ),
-    _p("GUARDED_PREFIX", "name", "engine.middleware", "vllm.entrypoints.serve.middleware.authenticate:GUARDED_PREFIX"),
+    _p("GUARDED_PREFIX", "name", "engine.api_server.auth", "vllm.entrypoints.serve.middleware.authenticate:GUARDED_PREFIX"),
     _p("cached_tokenizer_from_config", "name", "engine.exchange.fingerprint", "vllm.tokenizers:cached_tokenizer_from_config"),
     # The replay's n-gram baseline (replay.ngram): vLLM's own function where installed.
     _p(

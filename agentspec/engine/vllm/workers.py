@@ -17,16 +17,13 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from agentspec.engine import config
+from agentspec.engine import settings as engine_settings
 from agentspec.engine.vllm import surface
 from agentspec.engine.vllm.errors import UnsupportedVLLMError
 from agentspec.engine.vllm.import_hook import is_patched, mark_patched
 from agentspec.engine.vllm.runner import RUNNER_MODULE
-from agentspec.engine.vllm.surface import supported_series_text
+from agentspec.engine.vllm.surface import V2_RUNNER_ENV, supported_series_text
 
-#: Selects vLLM's V2 model runner (``vllm.v1.worker.gpu.model_runner``; on CPU
-#: ``vllm.v1.worker.cpu.model_runner``), which agentspec does not patch.
-V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 #: The workers whose runner construction is checked (GPU, and CPU: a subclass).
 GPU_WORKER_MODULE = surface.module_of("gpu_worker_module")
 CPU_WORKER_MODULE = surface.module_of("cpu_worker_module")
@@ -43,7 +40,7 @@ def check_built_runner(runner: Any) -> None:
     """Raise :class:`UnsupportedVLLMError` unless ``runner`` (what a worker just built) is
     the patched V1 runner and, with speculative decoding, drafts with an agentspec proposer:
     otherwise the server would run without agentspec in the loop, with no error."""
-    from agentspec.engine.drafting import SessionDrafting
+    from agentspec.engine.worker.drafting import SessionDrafting
 
     module = sys.modules.get(RUNNER_MODULE)
     v1 = getattr(module, "GPUModelRunner", None)
@@ -52,13 +49,13 @@ def check_built_runner(runner: Any) -> None:
         raise UnsupportedVLLMError(
             f"agentspec patches vLLM's V1 model runner ({RUNNER_MODULE}), but vLLM built {built}"
             f" (its V2 runner): watermarking and HiSparse attention force V2 whatever {V2_RUNNER_ENV} says."
-            f" Turn them off, or unset {config.ENV_CONFIG} to run vLLM without agentspec; {V1_COST}."
+            f" Turn them off, or unset {engine_settings.ENV_CONFIG} to run vLLM without agentspec; {V1_COST}."
         )
     if not is_patched(module):
         raise UnsupportedVLLMError(
             f"vLLM built its V1 model runner ({built}) from a module agentspec did not patch"
             f" ({RUNNER_MODULE} was imported before the plugin ran): restart the server with"
-            f" {config.ENV_CONFIG} set in every process; {V1_COST}."
+            f" {engine_settings.ENV_CONFIG} set in every process; {V1_COST}."
         )
     spec = getattr(runner, "speculative_config", None)
     # Only the last pipeline-parallel rank has a drafter.
@@ -68,7 +65,7 @@ def check_built_runner(runner: Any) -> None:
             f"vLLM's drafter here is {drafter.__module__}.{drafter.__qualname__} (speculative method"
             f" {getattr(spec, 'method', None)!r}), not agentspec's, so agentspec would not draft: it drafts"
             " through method suffix (agentspec serve) and draft_model, eagle, eagle3 (agentspec serve"
-            f" --agentspec-drafter). Use one of them, or unset {config.ENV_CONFIG} to run vLLM without"
+            f" --agentspec-drafter). Use one of them, or unset {engine_settings.ENV_CONFIG} to run vLLM without"
             f" agentspec; {V1_COST}."
         )
 

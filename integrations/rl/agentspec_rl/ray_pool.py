@@ -48,8 +48,8 @@ class EngineActor:
     def __init__(self, model: str, serve_args: Sequence[str], settings_json: str | None, env: Mapping[str, str]) -> None:
         import httpx  # noqa: F401 - fail here, in the actor, if the client is missing
 
-        from agentspec.engine.config import EngineSettings
-        from agentspec.engine.serve import build_command, build_env
+        from agentspec.engine.settings import EngineSettings
+        from agentspec.engine.launcher.serve import build_command, build_env
 
         self.port = _free_port()
         workdir = tempfile.mkdtemp(prefix="agentspec-engine-")
@@ -93,7 +93,7 @@ class EnginePool:
     """``engines`` Ray actors, each serving ``model`` with ``agentspec serve``.
 
     Call ``ray.init`` first. ``serve_args`` are vLLM's options (as after ``agentspec serve
-    MODEL``); ``settings`` an :class:`agentspec.engine.config.EngineSettings` (agentspec's);
+    MODEL``); ``settings`` an :class:`agentspec.engine.settings.EngineSettings` (agentspec's);
     ``engine_env`` per-engine environment variables (for instance CPU binding), one mapping
     per engine; ``actor_options`` Ray's (``num_cpus``, ``num_gpus``, ...).
     """

@@ -24,7 +24,7 @@ from agentspec_rl import (
 )
 
 from agentspec import wire
-from agentspec.engine.config import EngineSettings
+from agentspec.engine.settings import EngineSettings
 from agentspec.testing.pytest_plugin import TEST_INDEX_CONFIG
 from agentspec.testing.server import TEST_SERVER_ARGS
 from agentspec.testing.stats import metric_value, scrape, session_stats

@@ -1,6 +1,6 @@
 """agentspec's series on vLLM's own ``/metrics``.
 
-The proposer's statistics live in snapshot files (:mod:`agentspec.engine.metrics`); this
+The proposer's statistics live in snapshot files (:mod:`agentspec.engine.snapshots`); this
 module turns them into Prometheus metric families and puts them where vLLM's ``/metrics``
 handler collects from:
 
@@ -39,7 +39,7 @@ from prometheus_client.core import (
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.registry import Collector
 
-from agentspec.engine.metrics import SCHEMA_VERSION, SnapshotReader
+from agentspec.engine.snapshots import SCHEMA_VERSION, SnapshotReader
 
 __all__ = [
     "HISTOGRAM_BUCKETS",

@@ -5,7 +5,7 @@ process. The worker publishes a small JSON snapshot of its counters and per-sess
 into a folder (``EngineSettings.state_dir``), written atomically (temporary file, then
 ``os.replace``), so a reader sees either the previous or the next snapshot, never half of
 one. The API server's middleware reads the snapshots to answer
-``GET /agentspec/v1/sessions/{id}``, and :mod:`agentspec.engine.prometheus` turns them
+``GET /agentspec/v1/sessions/{id}``, and :mod:`agentspec.engine.api_server.prometheus` turns them
 into the ``agentspec_*`` series of vLLM's ``/metrics``. This works whatever process layout
 vLLM picks (one or several API servers) and costs the worker nothing between snapshots.
 

@@ -5,7 +5,7 @@ only a ``draft_model`` (or EAGLE) method gets draft weights and a draft KV cache
 ``agentspec serve --agentspec-drafter MODEL`` runs the ``draft_model`` method, and the
 plugin substitutes :class:`~agentspec.engine.vllm.proposers.HybridProposer`, a subclass
 of vLLM's ``DraftModelProposer`` that also owns the draft index
-(:class:`~agentspec.engine.drafting.SessionDrafting`); this module holds its decisions and
+(:class:`~agentspec.engine.worker.drafting.SessionDrafting`); this module holds its decisions and
 imports no vLLM.
 
 Each step, for each request: the index's draft is computed first (free); the request
@@ -41,7 +41,7 @@ runs the draft model's passes, which hold collectives: each rank decides alone h
 to run, so each must decide alike. The decision reads only what every rank sees alike
 (the batch, the sampled tokens, the index built from them, the target's verdicts); the
 drafter's measured time, which differs per rank, does not steer the budget there
-(:meth:`~agentspec.engine.drafting.SessionDrafting.bind`).
+(:meth:`~agentspec.engine.worker.drafting.SessionDrafting.bind`).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agentspec.draft_budget.drafter_choice import DraftPath, ModelDrafterEstimate, choose, model_runs
-from agentspec.engine.config import EngineSettings
-from agentspec.engine.drafting import SessionDrafting
+from agentspec.engine.settings import EngineSettings
+from agentspec.engine.worker.drafting import SessionDrafting
 from agentspec.errors import DraftIndexError
 from agentspec.index import Draft
 

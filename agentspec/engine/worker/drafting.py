@@ -13,13 +13,13 @@ suffix method: same call, same verification, same scheduling. What differs:
   which would also fire for requests that are merely preempted or not scheduled this step;
 - the prompt of a session's next call is indexed incrementally (only the new tail);
 - the draft budget shrinks with the batch (:mod:`agentspec.draft_budget.batch_budget`);
-- it publishes statistics for the API server (:mod:`agentspec.engine.metrics`);
+- it publishes statistics for the API server (:mod:`agentspec.engine.snapshots`);
 - with ``exchange_dir`` or ``exchange_url`` set, it shares finished outputs with the other
   replicas of the model and indexes theirs into its global corpus
   (:mod:`agentspec.engine.exchange`: a folder, or a Redis stream).
 
 All of this but the drafting itself is :class:`SessionDrafting`'s, which the hybrid
-(:mod:`agentspec.engine.hybrid_drafting`, the index beside a draft model) shares.
+(:mod:`agentspec.engine.worker.hybrid_drafting`, the index beside a draft model) shares.
 
 Everything it does with a request (seeds, clipping at the stop, verification records,
 budget) is :class:`agentspec.driver.RequestDriver`'s, which the replay benchmark runs too;
@@ -47,7 +47,7 @@ from agentspec import wire
 from agentspec._extras import missing_message
 from agentspec.draft_budget.batch_budget import BatchBudget, DraftBudget
 from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
-from agentspec.engine.config import EngineSettings, load_settings
+from agentspec.engine.settings import EngineSettings, load_settings
 from agentspec.engine.exchange import (
     Exchange,
     PeerOutput,
@@ -56,8 +56,8 @@ from agentspec.engine.exchange import (
     open_exchange,
 )
 from agentspec.engine.exchange_config import redacted
-from agentspec.engine.metrics import SnapshotWriter
-from agentspec.engine.step_log import StepLog, step_log_path
+from agentspec.engine.snapshots import SnapshotWriter
+from agentspec.engine.worker.step_log import StepLog, step_log_path
 from agentspec.engine.tenancy import SHARED_TENANT
 from agentspec.errors import DraftIndexError
 from agentspec.index import DraftIndex
@@ -107,7 +107,7 @@ class SessionDrafting:
             raise ValueError(f"{type(self).__name__} needs a speculative config")
         self.settings = settings or load_settings()
         self.num_speculative_tokens: int = spec.num_speculative_tokens
-        # The labels vLLM's own series carry, for ours (see agentspec.engine.prometheus).
+        # The labels vLLM's own series carry, for ours (see agentspec.engine.api_server.prometheus).
         self.model_name = str(vllm_config.model_config.served_model_name)
         # Replicas exchange outputs only with replicas of the same model and tokenizer. The
         # tokenizer's digest is taken at start, and only for the exchange.
