@@ -155,9 +155,7 @@ class RequestDriver:
             target = (spec.group_id or spec.session_id) if seed.scope is SeedScope.GROUP else spec.session_id
             if target is None:
                 continue  # the wire refuses this; a direct vllm_xargs user gets no seed
-            where = (
-                {"group_id": target} if seed.scope is SeedScope.GROUP and spec.group_id else {"session_id": target}
-            )
+            where = {"group_id": target} if seed.scope is SeedScope.GROUP and spec.group_id else {"session_id": target}
             try:
                 n = self.index.seed(seed.token_ids, kind=seed.kind, tenant=spec.tenant, **where)
             except DraftIndexError as exc:

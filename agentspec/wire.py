@@ -329,9 +329,13 @@ def refuse_reserved_xargs(xargs: dict[str, Any]) -> None:
     saying where that data goes instead."""
     where = {key: f"vllm_xargs.{key}" for key in xargs}
     if XARG_SEEDS in xargs:
-        raise WireError(f"{where[XARG_SEEDS]} is reserved; send seeds in the top-level field {SEEDS_FIELD}", where[XARG_SEEDS])
+        raise WireError(
+            f"{where[XARG_SEEDS]} is reserved; send seeds in the top-level field {SEEDS_FIELD}", where[XARG_SEEDS]
+        )
     if XARG_SEED_ONLY in xargs:
-        raise WireError(f"{where[XARG_SEED_ONLY]} is reserved; send seeds alone to POST {SEEDS_PATH}", where[XARG_SEED_ONLY])
+        raise WireError(
+            f"{where[XARG_SEED_ONLY]} is reserved; send seeds alone to POST {SEEDS_PATH}", where[XARG_SEED_ONLY]
+        )
     for key in (XARG_POLICY_VERSION, XARG_KEEP_OLD_OUTPUTS):
         if key in xargs:
             raise WireError(f"{where[key]} is reserved; announce a policy with POST {POLICY_PATH}", where[key])
@@ -352,6 +356,7 @@ def seed_tokens_over_limit(limit: int, where: str) -> WireError:
 
 
 # ---------------------------------------------------------------------------- statistics
+
 
 def check_seeds_request(data: Any) -> dict[str, Any]:
     """``data`` when it is a valid body of ``POST /agentspec/v1/seeds`` (seeds not yet checked)."""

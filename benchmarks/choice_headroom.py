@@ -106,9 +106,7 @@ def main(
             totals[p].append(al[p] / base)
         table.add_row(name, f"{base:.3f}", *(f"{al[p] / base:.3f}" for p in PROPOSERS[1:]))
         console.print(f"{name}: " + ", ".join(f"{p} {al[p]:.3f}" for p in PROPOSERS), highlight=False)
-    table.add_row(
-        "mean of sources", "", *(f"{float(np.mean(totals[p])):.3f}" for p in PROPOSERS[1:]), style="bold"
-    )
+    table.add_row("mean of sources", "", *(f"{float(np.mean(totals[p])):.3f}" for p in PROPOSERS[1:]), style="bold")
     console.print(table)
 
 

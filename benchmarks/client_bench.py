@@ -151,9 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.url:
         if not args.model:
             ap.error("--url needs --model")
-        results["overhead_server"] = overhead(
-            args.url, args.model, max(20, args.calls // 10), args.max_tokens
-        )
+        results["overhead_server"] = overhead(args.url, args.model, max(20, args.calls // 10), args.max_tokens)
     results["spread"] = [
         spread(args.sessions, args.backends, args.factor),
         spread(args.sessions, args.backends, args.factor, group_size=8),

@@ -72,9 +72,7 @@ def _spec_counters(base: str) -> dict[str, float]:
     }
 
 
-def _session(
-    base: str, sid: str, opener: str, turns: int, max_tokens: int
-) -> tuple[list[list[int]], int]:
+def _session(base: str, sid: str, opener: str, turns: int, max_tokens: int) -> tuple[list[list[int]], int]:
     messages = [{"role": "system", "content": "You are a coding agent. Use the tools."},
                 {"role": "user", "content": opener}]  # fmt: skip
     outputs: list[list[int]] = []
@@ -139,9 +137,7 @@ def run_workload(base: str, args: argparse.Namespace) -> dict[str, Any]:
 SERVERS = ("plain", "vllm-suffix", "vllm-draft-model", "agentspec", "agentspec+drafter")
 
 
-def _launch(
-    name: str, model: Path, drafter: Path, args: argparse.Namespace, log_dir: str
-) -> VLLMServer:
+def _launch(name: str, model: Path, drafter: Path, args: argparse.Namespace, log_dir: str) -> VLLMServer:
     k = args.drafter_tokens
     if name == "plain":
         return VLLMServer.launch(model, agentspec=False, log_dir=log_dir)
@@ -160,26 +156,16 @@ def _launch(
             "num_speculative_tokens": k,
         }
         extra = ["--speculative-config", json.dumps(spec), "--no-async-scheduling"]
-        return VLLMServer.launch(
-            model, agentspec=False, log_dir=log_dir, extra_args=extra
-        )
+        return VLLMServer.launch(model, agentspec=False, log_dir=log_dir, extra_args=extra)
     settings = EngineSettings()
     if name == "agentspec+drafter":
-        settings = EngineSettings(
-            drafter=DrafterSettings(model=str(drafter), num_tokens=k)
-        )
+        settings = EngineSettings(drafter=DrafterSettings(model=str(drafter), num_tokens=k))
     return VLLMServer.launch(model, agentspec=True, settings=settings, log_dir=log_dir)
 
 
 def _hybrid_counters(base: str) -> dict[str, float]:
-    engine = (
-        httpx.get(base + "/agentspec/v1/stats", timeout=30).json().get("engine", {})
-    )
-    keys = [
-        f"{p}_{k}"
-        for p in ("suffix", "model", "none")
-        for k in ("drafts_total", "accepted_tokens_total")
-    ]
+    engine = httpx.get(base + "/agentspec/v1/stats", timeout=30).json().get("engine", {})
+    keys = [f"{p}_{k}" for p in ("suffix", "model", "none") for k in ("drafts_total", "accepted_tokens_total")]
     return {
         k: float(engine.get(k, 0))
         for k in [
@@ -192,17 +178,13 @@ def _hybrid_counters(base: str) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="model folder (default: build the tiny test model)")
     p.add_argument(
         "--drafter",
         help="draft model folder (default: the tiny model's first two layers)",
     )
-    p.add_argument(
-        "--drafter-tokens", type=int, default=4, help="draft model's tokens per step"
-    )
+    p.add_argument("--drafter-tokens", type=int, default=4, help="draft model's tokens per step")
     p.add_argument(
         "--servers",
         default=",".join(SERVERS),
@@ -222,15 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     names = [n.strip() for n in args.servers.split(",") if n.strip()]
     unknown = sorted(set(names) - set(SERVERS))
     if unknown:
-        p.error(
-            f"unknown servers: {', '.join(unknown)} (choose from {', '.join(SERVERS)})"
-        )
+        p.error(f"unknown servers: {', '.join(unknown)} (choose from {', '.join(SERVERS)})")
 
-    model = (
-        Path(args.model)
-        if args.model
-        else build_tiny_model(args.cache_dir or tempfile.mkdtemp())
-    )
+    model = Path(args.model) if args.model else build_tiny_model(args.cache_dir or tempfile.mkdtemp())
     drafter = Path(args.drafter) if args.drafter else build_tiny_drafter(model)
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="agentspec-bench-")
     print(f"model {model}, drafter {drafter} ({args.drafter_tokens} tokens); {args.sessions} sessions x"
@@ -245,9 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                 server.url,
                 argparse.Namespace(**{**vars(args), "sessions": 1, "turns": 1}),
             )  # warm-up
-            before = (
-                _hybrid_counters(server.url) if name.startswith("agentspec") else {}
-            )
+            before = _hybrid_counters(server.url) if name.startswith("agentspec") else {}
             results[name] = run_workload(server.url, args)
             if before:
                 after = _hybrid_counters(server.url)
@@ -269,11 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         for r in results.values():
             value = fmt.format(r[key] * scale)
-            if (
-                base is not None
-                and key in ("accepted_per_draft", "s_per_token")
-                and base[key]
-            ):
+            if base is not None and key in ("accepted_per_draft", "s_per_token") and base[key]:
                 value += f" ({r[key] / base[key]:.2f}x)"
             cells.append(f"{value:>19}")
         print(f"{label:30}" + "".join(cells))

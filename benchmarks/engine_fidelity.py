@@ -82,10 +82,13 @@ def _lockstep_totals(calls: list[AgentCall], concurrency: int, config: IndexConf
     sessions: dict[str, list[AgentCall]] = {}
     for call in sorted(calls, key=lambda c: c.turn):
         sessions.setdefault(call.session, []).append(call)
+
     def spec(c: AgentCall) -> CallSpec:
         return CallSpec(f"{c.session}#{c.turn}", c.session, c.group, c.session, c.turn, "fidelity")
 
-    workload = [[static_call(spec(c), c.prompt, c.output) for c in session_calls] for session_calls in sessions.values()]
+    workload = [
+        [static_call(spec(c), c.prompt, c.output) for c in session_calls] for session_calls in sessions.values()
+    ]
     replay = ReplayConfig(proposers=("agentspec",), concurrency=concurrency, lockstep=True)
     (result,) = replay_workloads(replay, {"fidelity": workload})
     tally = result.tallies["agentspec"]
@@ -130,8 +133,21 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
 
-    print(f"\n{args.turns} turns x {args.max_tokens} tokens per session, groups of {args.siblings}; draft/accepted tokens\n")
-    head = ("C", "max batch", "rows cut", "server", "steps", "differ", "bench", "lockstep", "bench/server", "lockstep/server")
+    print(
+        f"\n{args.turns} turns x {args.max_tokens} tokens per session, groups of {args.siblings}; draft/accepted tokens\n"
+    )
+    head = (
+        "C",
+        "max batch",
+        "rows cut",
+        "server",
+        "steps",
+        "differ",
+        "bench",
+        "lockstep",
+        "bench/server",
+        "lockstep/server",
+    )
     print("{:>4} {:>9} {:>8} {:>13} {:>13} {:>6} {:>13} {:>13} {:>12} {:>15}".format(*head))
     for c, batch, cut, sd, sa, td, ta, differ, bd, ba, ld, la in rows:
         bench = f"{ba / sa:.3f}" if sa else "-"

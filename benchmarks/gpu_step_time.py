@@ -169,7 +169,9 @@ def check_split_attention(device: torch.device) -> float:
     chunks = context // splits
 
     def split(t: torch.Tensor) -> torch.Tensor:
-        return t.view(batch, kv_heads, splits, chunks, dim).transpose(1, 2).reshape(batch * splits, kv_heads, chunks, dim)
+        return (
+            t.view(batch, kv_heads, splits, chunks, dim).transpose(1, 2).reshape(batch * splits, kv_heads, chunks, dim)
+        )
 
     qs = q.unsqueeze(1).expand(batch, splits, -1, -1, -1).reshape(batch * splits, kv_heads, group * verified, dim)
     got = _split_attention(qs, split(k), split(v), batch, splits)

@@ -61,8 +61,7 @@ def main(
         al = result.record("agentspec").al / base.record("vllm-suffix").al
         lowest = min(result.record("agentspec", s).al / base.record("vllm-suffix", s).al for s in names)
         accs = [
-            result.record("agentspec", s).acceptance_rate / base.record("vllm-suffix", s).acceptance_rate
-            for s in names
+            result.record("agentspec", s).acceptance_rate / base.record("vllm-suffix", s).acceptance_rate for s in names
         ]
         table.add_row(label, f"{al:.3f}", f"{lowest:.3f}", *[f"{a:.2f}" for a in accs])
     console.print(table)

@@ -113,8 +113,14 @@ def main(
         table.add_column(col)
     for name, value, bound in checks:
         table.add_row(name, f"{value:.3f}", "yes" if value >= bound else "NO")
-    table.add_row("index time per call, mini_swe_agent <= 1/20", f"1/{1 / index_ratio:.1f}", "yes" if index_ratio <= 0.05 else "NO")
-    table.add_row("peak index memory, mini_swe_agent <= 2x", f"{memory_ratio:.2f}x", "yes" if memory_ratio <= 2.0 else "NO")
+    table.add_row(
+        "index time per call, mini_swe_agent <= 1/20",
+        f"1/{1 / index_ratio:.1f}",
+        "yes" if index_ratio <= 0.05 else "NO",
+    )
+    table.add_row(
+        "peak index memory, mini_swe_agent <= 2x", f"{memory_ratio:.2f}x", "yes" if memory_ratio <= 2.0 else "NO"
+    )
     console.print(table)
     if json_out is not None:
         json_out.write_text(

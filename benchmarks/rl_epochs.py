@@ -104,7 +104,9 @@ def main(
         suffix = epoch_two_al(VllmSuffixProposer, workload, lambda _: None)
         kept = epoch_two_al(_agentspec, workload, _update(keep=True))
         retired = epoch_two_al(_agentspec, workload, _update(keep=False))
-        table.add_row(name, str(len(workload)), f"{suffix:.3f}", f"{kept:.3f}", f"{retired:.3f}", f"{kept / retired:.2f}x")
+        table.add_row(
+            name, str(len(workload)), f"{suffix:.3f}", f"{kept:.3f}", f"{retired:.3f}", f"{kept / retired:.2f}x"
+        )
     Console().print(table)
 
 

@@ -58,7 +58,9 @@ def main(
     names = [s for s in sources.split(",") if s]
     cache.ensure(names)
     title = f"AL on {replicas} replicas: groups pinned by the rollout client vs spread{' (exchange on)' if exchange else ''}"
-    table = Table("source", "trajectories", *PROPOSERS, "agentspec client / spread", "suffix client / spread", title=title)
+    table = Table(
+        "source", "trajectories", *PROPOSERS, "agentspec client / spread", "suffix client / spread", title=title
+    )
     for name in names:
         workload = cache.load(name).workload(limit, None)
         result = replay_source(

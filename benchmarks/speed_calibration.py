@@ -109,7 +109,9 @@ def main(
     fields = {k: SpeedModel.model_fields[k].default for k in FIELDS}
     console.print(f"defaults {_fields(fields)}: {_summary(defaults)}", highlight=False)
     fitted = fit_speed_model(spec, rows, shapes)
-    console.print(f"refit    {_fields(fitted)}: {_summary(relative_errors(spec, rows, shapes, **fitted))}", highlight=False)
+    console.print(
+        f"refit    {_fields(fitted)}: {_summary(relative_errors(spec, rows, shapes, **fitted))}", highlight=False
+    )
     held_out: list[tuple[str, list[StepTime], list[StepTime]]] = []
     models = sorted({row.model for row in rows})
     if len(models) >= 3:  # two shapes at least must remain to fit

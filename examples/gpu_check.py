@@ -104,7 +104,7 @@ def first_divergence(ours: list[list[Turn]], plain: list[list[Turn]]) -> str | N
             if a.token_ids != b.token_ids:
                 at = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), None)
                 at = min(len(a.token_ids), len(b.token_ids)) if at is None else at
-                return f"task {task}, turn {turn + 1}, output token {at} ({a.token_ids[at:at + 1]} vs {b.token_ids[at:at + 1]})"
+                return f"task {task}, turn {turn + 1}, output token {at} ({a.token_ids[at : at + 1]} vs {b.token_ids[at : at + 1]})"
     return None
 
 
@@ -187,7 +187,11 @@ def main(
 
     if engine:
         accepted = sum(
-            int((session_stats(agentspec_url, s, until=lambda st: st.get("calls", 0) >= turns) or {}).get("accepted_tokens", 0))
+            int(
+                (session_stats(agentspec_url, s, until=lambda st: st.get("calls", 0) >= turns) or {}).get(
+                    "accepted_tokens", 0
+                )
+            )
             for s in sessions
         )
         problem = None if accepted > 0 else "no draft token was accepted in any repair loop"

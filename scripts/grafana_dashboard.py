@@ -79,12 +79,7 @@ def quantile(q: float, bucket_metric: str) -> str:
 def _targets(queries: list[tuple[str, str]]) -> list[prometheus.Dataquery]:
     """Prometheus range queries with ref ids A, B, ... and legends."""
     return [
-        prometheus.Dataquery()
-        .expr(expr)
-        .legend_format(legend)
-        .ref_id(chr(ord("A") + i))
-        .datasource(DATASOURCE)
-        .range()
+        prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(chr(ord("A") + i)).datasource(DATASOURCE).range()
         for i, (expr, legend) in enumerate(queries)
     ]
 
@@ -181,7 +176,9 @@ def rows() -> list[tuple[str, list[Builder]]]:
             [
                 (_acceptance("agentspec_accepted_tokens_total", "agentspec_draft_tokens_total"), "agentspec"),
                 (
-                    _acceptance("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"),
+                    _acceptance(
+                        "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"
+                    ),
                     "vLLM",
                 ),
             ],
@@ -454,8 +451,7 @@ def rows() -> list[tuple[str, list[Builder]]]:
         ),
         graph(
             "Redis: queued and outages",
-            "Outputs waiting to be sent (they pile up while Redis is unreachable, up to a bound) and outages "
-            "per hour.",
+            "Outputs waiting to be sent (they pile up while Redis is unreachable, up to a bound) and outages per hour.",
             [
                 (summed(series("agentspec_exchange_pending")), "queued"),
                 (f"sum(increase({series('agentspec_exchange_outages_total')}[1h]))", "outages/h"),
@@ -612,7 +608,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         current = args.check.read_text()
     except OSError as e:
-        print(f"{args.check}: cannot read ({e.strerror}); run: python scripts/grafana_dashboard.py > {args.check}", file=sys.stderr)
+        print(
+            f"{args.check}: cannot read ({e.strerror}); run: python scripts/grafana_dashboard.py > {args.check}",
+            file=sys.stderr,
+        )
         return 1
     if current != text:
         print(f"{args.check} is out of date; run: python scripts/grafana_dashboard.py > {args.check}", file=sys.stderr)

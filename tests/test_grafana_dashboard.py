@@ -101,7 +101,9 @@ def _panels(board: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_the_committed_json_is_what_the_script_generates(committed: dict[str, Any]) -> None:
-    assert committed == grafana_dashboard.build(), "run: python scripts/grafana_dashboard.py > docs/grafana/agentspec.json"
+    assert committed == grafana_dashboard.build(), (
+        "run: python scripts/grafana_dashboard.py > docs/grafana/agentspec.json"
+    )
     assert COMMITTED.read_text() == grafana_dashboard.render()
     assert grafana_dashboard.main(["--check", str(COMMITTED)]) == 0
 
@@ -129,7 +131,10 @@ def test_the_dashboard_reads_exactly_the_published_series(committed: dict[str, A
 )
 def test_series_are_the_names_as_written(expr: str, expected: set[str]) -> None:
     assert grafana_dashboard.expr_series(expr) == expected
-    assert grafana_dashboard.dashboard_series({"panels": [{"type": "row", "panels": [{"targets": [{"expr": expr}]}]}]}) == expected
+    assert (
+        grafana_dashboard.dashboard_series({"panels": [{"type": "row", "panels": [{"targets": [{"expr": expr}]}]}]})
+        == expected
+    )
 
 
 def test_every_panel_is_documented_and_reads_the_datasource_variable(committed: dict[str, Any]) -> None:

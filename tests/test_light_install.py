@@ -29,8 +29,7 @@ def test_light_modules_import_nothing_heavy() -> None:
 
 def test_testing_plugin_imports_nothing_heavy() -> None:
     loaded = run_python(
-        "import agentspec.testing.pytest_plugin; import sys; "
-        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+        f"import agentspec.testing.pytest_plugin; import sys; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     )
     assert loaded == "[]"
 

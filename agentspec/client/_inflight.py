@@ -55,9 +55,7 @@ class AsyncGuard:
             import asyncio
 
             self._loop = asyncio.get_running_loop()
-        except (
-            RuntimeError
-        ):  # trio: a mark-down from another thread is seen at the next await
+        except RuntimeError:  # trio: a mark-down from another thread is seen at the next await
             self._loop = None
         attempt.on_mark_down(self._cancel)
 

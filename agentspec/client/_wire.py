@@ -112,9 +112,7 @@ def classify(response: httpx.Response, backend: str, *, stats: bool = False) -> 
     message, body = error_message(response)
     retry_after = parse_retry_after(response.headers, time.time())
     if code >= 500:
-        raise BackendUnavailableError(
-            backend, f"{code}: {message}", status_code=code, retry_after_s=retry_after
-        )
+        raise BackendUnavailableError(backend, f"{code}: {message}", status_code=code, retry_after_s=retry_after)
     if stats and code == 404:
         raise SessionNotFoundError(code, message, backend=backend, body=body)
     raise ServerRefusedError(code, message, backend=backend, body=body, retry_after_s=retry_after)
@@ -334,9 +332,7 @@ def resume_params(params: Mapping[str, Any], resume: Received) -> dict[str, Any]
     return out
 
 
-def chat_chunk_of_completion(
-    event: Mapping[str, Any], template: Mapping[str, Any], delivered: int
-) -> dict[str, Any]:
+def chat_chunk_of_completion(event: Mapping[str, Any], template: Mapping[str, Any], delivered: int) -> dict[str, Any]:
     """A streamed text-completion chunk as the chat chunk that continues the stream
     ``template`` (its last chunk) came from; usage counts the ``delivered`` tokens as
     output, not prompt."""

@@ -219,9 +219,7 @@ class Received:
         return self.chunks > 0
 
     def copy(self) -> Received:
-        return Received(
-            self.chunks, self.text, list(self.token_ids), self.prompt_token_ids, self.resumable, self.state
-        )
+        return Received(self.chunks, self.text, list(self.token_ids), self.prompt_token_ids, self.resumable, self.state)
 
 
 class Attempt:
@@ -230,9 +228,7 @@ class Attempt:
     suppressed when the machine retries. Other exceptions (cancellation, ``GeneratorExit``)
     end the call without marking anything."""
 
-    def __init__(
-        self, machine: CallAttempts, number: int, backend: str, previous_backend: str | None
-    ) -> None:
+    def __init__(self, machine: CallAttempts, number: int, backend: str, previous_backend: str | None) -> None:
         self.number = number
         """1 for the first attempt."""
         self.backend = backend

@@ -46,9 +46,7 @@ class RetryPolicy(BaseModel):
         description="'full': uniform in [0, exponential delay]; 'decorrelated': uniform in "
         "[initial, 3 x the previous delay], capped; 'none': the exponential delay itself.",
     )
-    retry_on_429: bool = Field(
-        True, description="Retry 'too many requests' on the same backend (never marks it down)."
-    )
+    retry_on_429: bool = Field(True, description="Retry 'too many requests' on the same backend (never marks it down).")
     resume_streams: bool = Field(
         True,
         description="Resume a stream cut after output on another backend, from the token ids "
@@ -104,13 +102,9 @@ class ClientConfig(BaseModel):
 
     backends: tuple[str, ...] = Field(..., min_length=1)
     api_key: str | None = Field(None, description="Sent as 'Authorization: Bearer <key>'.")
-    model: str | None = Field(
-        None, description="Default model name; a call's own `model` wins. Required by vLLM."
-    )
+    model: str | None = Field(None, description="Default model name; a call's own `model` wins. Required by vLLM.")
     connect_timeout_s: float = Field(5.0, gt=0)
-    read_timeout_s: float | None = Field(
-        600.0, gt=0, description="Per read; generations can be long. None: no limit."
-    )
+    read_timeout_s: float | None = Field(600.0, gt=0, description="Per read; generations can be long. None: no limit.")
     health_timeout_s: float = Field(2.0, gt=0)
     health_check_interval_s: float | None = Field(
         10.0,
@@ -125,9 +119,7 @@ class ClientConfig(BaseModel):
         description="Bounded-load factor: no backend takes more than ceil(factor * (active+1) / n) "
         "sessions when a new group is pinned.",
     )
-    history_max_chars: int = Field(
-        32_000, ge=0, description="Text budget of a session's history kept for re-seeding."
-    )
+    history_max_chars: int = Field(32_000, ge=0, description="Text budget of a session's history kept for re-seeding.")
     history_max_tokens: int = Field(
         8_192, ge=0, description="Token-id budget of a session's history kept for re-seeding."
     )

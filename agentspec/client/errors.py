@@ -153,6 +153,5 @@ class StreamInterruptedError(AgentSpecClientError):
         preview = received_text if len(received_text) <= 80 else received_text[:77] + "..."
         super().__init__(
             f"stream from {backend} was cut after {received_chunks} chunk(s) "
-            f"({len(received_text)} characters received: {preview!r})"
-            + (f": {cause!r}" if cause is not None else "")
+            f"({len(received_text)} characters received: {preview!r})" + (f": {cause!r}" if cause is not None else "")
         )

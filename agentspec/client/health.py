@@ -61,9 +61,7 @@ def probe_all(http: httpx.Client, router: BackendRouter, backends: Sequence[str]
         router.record(backend, *probe(http, backend, timeout))
 
 
-async def aprobe_all(
-    http: httpx.AsyncClient, router: BackendRouter, backends: Sequence[str], timeout: float
-) -> None:
+async def aprobe_all(http: httpx.AsyncClient, router: BackendRouter, backends: Sequence[str], timeout: float) -> None:
     """Probe ``backends`` concurrently and record the verdicts."""
 
     async def one(backend: str) -> None:

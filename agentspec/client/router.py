@@ -286,11 +286,7 @@ class BackendRouter:
         now = self._clock()
         with self._lock:
             failed_at = dict(self._failed_at)
-        out = [
-            b
-            for b in self.backends
-            if states[b].up or now - failed_at.get(b, -float("inf")) >= self._cooldown_s
-        ]
+        out = [b for b in self.backends if states[b].up or now - failed_at.get(b, -float("inf")) >= self._cooldown_s]
         return out or list(self.backends)
 
     def is_candidate(self, backend: str) -> bool:

@@ -129,8 +129,7 @@ class _SessionBase:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"backend={self.backend!r}"
         return (
-            f"<{type(self).__name__} {self.session_id!r} group={self.group_id!r} "
-            f"turns={len(self._core.turns)} {state}>"
+            f"<{type(self).__name__} {self.session_id!r} group={self.group_id!r} turns={len(self._core.turns)} {state}>"
         )
 
 
@@ -299,9 +298,7 @@ class ChatStream:
     with the whole message) is set once the stream has ended. Closing it early records no turn.
     """
 
-    def __init__(
-        self, session: Session, params: Mapping[str, Any], extra_headers: Mapping[str, str] | None
-    ) -> None:
+    def __init__(self, session: Session, params: Mapping[str, Any], extra_headers: Mapping[str, str] | None) -> None:
         self._result: ChatResult | None = None
         self._iter = session._stream(self, params, extra_headers)
 
@@ -424,9 +421,7 @@ class AsyncSession(_SessionBase):
             with attempt:
                 headers, body, n_pending = self._core.prepare(attempt.backend, params, extra_headers)
                 guard = AsyncGuard(attempt)
-                response = await guard.run(
-                    self._client._http.post(attempt.backend + path, json=body, headers=headers)
-                )
+                response = await guard.run(self._client._http.post(attempt.backend + path, json=body, headers=headers))
                 data = _wire.json_body(response, attempt.backend)
                 self._core.delivered(attempt.backend, n_pending)
                 return data, attempt.backend, attempt.number

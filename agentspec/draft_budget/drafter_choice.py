@@ -42,9 +42,7 @@ class ModelDrafterEstimate:
     weighted as ``prior_weight`` positions, so the drafter is tried before it is judged.
     """
 
-    def __init__(
-        self, prior: float = 0.5, prior_weight: float = 8.0, halflife: float = 2048.0
-    ) -> None:
+    def __init__(self, prior: float = 0.5, prior_weight: float = 8.0, halflife: float = 2048.0) -> None:
         if not 0.0 <= prior <= 1.0:
             raise ValueError(f"prior must be in [0, 1], got {prior}")
         if prior_weight <= 0 or halflife <= 0:
@@ -62,9 +60,7 @@ class ModelDrafterEstimate:
     def observe(self, drafted: int, accepted: int) -> None:
         """The target accepted ``accepted`` of a model draft of ``drafted`` tokens."""
         if not 0 <= accepted <= drafted:
-            raise ValueError(
-                f"need 0 <= accepted <= drafted, got accepted={accepted}, drafted={drafted}"
-            )
+            raise ValueError(f"need 0 <= accepted <= drafted, got accepted={accepted}, drafted={drafted}")
         tested = accepted + (1 if accepted < drafted else 0)
         if tested == 0:
             return
@@ -83,9 +79,7 @@ class ModelDrafterEstimate:
         return p * (1.0 - p**length) / (1.0 - p)
 
 
-def choose(
-    suffix_tokens: int, suffix_expected: float, model_tokens: int, model_expected: float
-) -> DraftPath:
+def choose(suffix_tokens: int, suffix_expected: float, model_tokens: int, model_expected: float) -> DraftPath:
     """The path for one request and step.
 
     ``suffix_tokens`` / ``model_tokens``: the length each drafter may draft (0: it has

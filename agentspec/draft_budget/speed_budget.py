@@ -147,9 +147,7 @@ class SpeedBudget:
     def best_limits(self, batch_size: int) -> DraftLimits:
         """The fastest cap and probability cut at ``batch_size`` by the model."""
         outcomes = {p: DraftOutcomes(counts=dict(c)) for p, c in self.outcomes_by_cut.items()}
-        return fastest_limits(
-            self.model, batch_size, self.context_tokens, outcomes, self.drafter_s, self.max_tokens
-        )
+        return fastest_limits(self.model, batch_size, self.context_tokens, outcomes, self.drafter_s, self.max_tokens)
 
     def best_cap(self, batch_size: int) -> int:
         """The cap of :meth:`best_limits`."""

@@ -24,9 +24,7 @@ class RedisExchangeConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     url: str = Field(..., description="The Redis URL without agentspec's parameters.")
-    stream: str | None = Field(
-        None, min_length=1, description="The stream's key. None: one per model fingerprint."
-    )
+    stream: str | None = Field(None, min_length=1, description="The stream's key. None: one per model fingerprint.")
     max_entries: int = Field(100_000, ge=1, description="Entries the stream keeps (approximately).")
     max_age_s: float = Field(3600.0, gt=0, description="Entries older than this are trimmed and not taken in.")
     catch_up_entries: int = Field(

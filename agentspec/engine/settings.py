@@ -25,7 +25,9 @@ from agentspec.draft_budget.speed_model import parse_speed_model
 ENV_CONFIG = "AGENTSPEC_ENGINE_CONFIG"
 
 
-def cli(name: str | None = None, *, metavar: str | None = None, json: bool = False, hidden: bool = False) -> dict[str, Any]:
+def cli(
+    name: str | None = None, *, metavar: str | None = None, json: bool = False, hidden: bool = False
+) -> dict[str, Any]:
     """How a field appears among ``agentspec serve``'s options (its ``json_schema_extra``):
     ``--agentspec-NAME`` (default: the field's name with dashes), its metavar, whether its
     value is a JSON object (a nested model given whole), or ``hidden`` (no option: set by

@@ -29,6 +29,7 @@ from agentspec import wire
 SNAPSHOT_GLOB = "proposer-*.json"
 SCHEMA_VERSION = 3  # 2: sessions by tenant; 3: model name, engine index, distributions
 
+
 def session_view(session_id: str, stats: dict[str, Any]) -> dict[str, Any]:
     """The wire form of one session's stats (docs/wire.md)."""
     return wire.session_stats_body(

@@ -46,9 +46,7 @@ class DraftPolicy(BaseModel):
     @classmethod
     def vllm_defaults(cls) -> DraftPolicy:
         """vLLM 0.32's suffix-decoding defaults (depth 24, 24 tokens, factor 1.0)."""
-        return cls(
-            max_depth=24, max_spec_tokens=24, max_spec_factor=1.0, min_token_prob=0.1, calibrate_levels=False
-        )
+        return cls(max_depth=24, max_spec_tokens=24, max_spec_factor=1.0, min_token_prob=0.1, calibrate_levels=False)
 
 
 class IndexConfig(BaseModel):
@@ -65,9 +63,7 @@ class IndexConfig(BaseModel):
     global_max_tokens: int = Field(
         4_000_000, ge=0, description="Tokens of finished outputs kept in the global corpus; 0 disables it."
     )
-    sessions_max_tokens: int = Field(
-        16_000_000, ge=1, description="Tokens held by all sessions and groups together."
-    )
+    sessions_max_tokens: int = Field(16_000_000, ge=1, description="Tokens held by all sessions and groups together.")
     session_max_tokens: int = Field(
         1_000_000, ge=1, description="Tokens one session or group may hold; older text is dropped first."
     )
@@ -93,9 +89,7 @@ class IndexConfig(BaseModel):
     )
 
     seed_max_tokens: int = Field(65_536, ge=1, description="Largest single seed.")
-    seed_max_total_tokens: int = Field(
-        262_144, ge=1, description="Seeded tokens one session or group may hold."
-    )
+    seed_max_total_tokens: int = Field(262_144, ge=1, description="Seeded tokens one session or group may hold.")
 
     isolate_groups: bool = Field(
         False,

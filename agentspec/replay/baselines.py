@@ -87,9 +87,7 @@ class VllmSuffixProposer(NoProposer):
         self.tokens = num_speculative_tokens
         self.factor = max_spec_factor
         self.min_prob = min_token_prob
-        self.cache = SuffixDecodingCache(
-            max_tree_depth=max_tree_depth, max_cached_requests=max_cached_requests
-        )
+        self.cache = SuffixDecodingCache(max_tree_depth=max_tree_depth, max_cached_requests=max_cached_requests)
         # Token counts for held_tokens(): a request's prompt while it runs (its own tree),
         # its response while the cache keeps it (the global tree).
         self._prompts: dict[str, int] = {}

@@ -60,9 +60,7 @@ class StaticCall:
         return ()
 
 
-def static_call(
-    spec: CallSpec, prompt: Sequence[int] | np.ndarray, output: Sequence[int] | np.ndarray
-) -> StaticCall:
+def static_call(spec: CallSpec, prompt: Sequence[int] | np.ndarray, output: Sequence[int] | np.ndarray) -> StaticCall:
     return StaticCall(
         spec,
         np.ascontiguousarray(prompt, dtype=np.int32),

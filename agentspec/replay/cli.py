@@ -43,9 +43,7 @@ def bench(
     ] = None,
     sources: Annotated[str | None, typer.Option(help="Comma list of sources (default: all).")] = None,
     limit: Annotated[int | None, typer.Option(help="At most N trajectories per source.", min=1)] = None,
-    proposers: Annotated[str, typer.Option(help="Comma list of proposers to compare.")] = ",".join(
-        DEFAULT_PROPOSERS
-    ),
+    proposers: Annotated[str, typer.Option(help="Comma list of proposers to compare.")] = ",".join(DEFAULT_PROPOSERS),
     replicas: Annotated[int, typer.Option(help="Simulated servers, each with its own index.", min=1)] = 1,
     routing: Annotated[
         str,
@@ -73,9 +71,7 @@ def bench(
     ] = 0,
     window: Annotated[
         int | None,
-        typer.Option(
-            help="Condenser emulation: keep system + task + recent messages within N tokens.", min=1
-        ),
+        typer.Option(help="Condenser emulation: keep system + task + recent messages within N tokens.", min=1),
     ] = None,
     seed_dropped: Annotated[
         bool,
@@ -102,33 +98,23 @@ def bench(
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write records as JSON here.", dir_okay=False)
     ] = None,
-    plot: Annotated[
-        Path | None, typer.Option(help="Write an AL bar chart (PNG) here.", dir_okay=False)
-    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write an AL bar chart (PNG) here.", dir_okay=False)] = None,
     cache_dir: Annotated[
         Path | None, typer.Option(help="Token cache (default ~/.cache/agentspec/replay).", file_okay=False)
     ] = None,
-    step_ms: Annotated[
-        float, typer.Option(help="Cost model: one target decoding step, ms.")
-    ] = CostModel().step_ms,
+    step_ms: Annotated[float, typer.Option(help="Cost model: one target decoding step, ms.")] = CostModel().step_ms,
     draft_token_ms: Annotated[
         float, typer.Option(help="Cost model: extra ms per verified draft token.")
     ] = CostModel().draft_token_ms,
-    ngram_k: Annotated[
-        int, typer.Option(help="vllm-ngram: num_speculative_tokens.")
-    ] = ProposerSettings().ngram_k,
-    ngram_min: Annotated[
-        int, typer.Option(help="vllm-ngram: prompt_lookup_min.")
-    ] = ProposerSettings().ngram_min,
-    ngram_max: Annotated[
-        int, typer.Option(help="vllm-ngram: prompt_lookup_max.")
-    ] = ProposerSettings().ngram_max,
+    ngram_k: Annotated[int, typer.Option(help="vllm-ngram: num_speculative_tokens.")] = ProposerSettings().ngram_k,
+    ngram_min: Annotated[int, typer.Option(help="vllm-ngram: prompt_lookup_min.")] = ProposerSettings().ngram_min,
+    ngram_max: Annotated[int, typer.Option(help="vllm-ngram: prompt_lookup_max.")] = ProposerSettings().ngram_max,
     ngram_impl: Annotated[
         str, typer.Option(help="vllm-ngram: 'auto' (vLLM's function if importable), 'vllm' or 'numpy'.")
     ] = "auto",
     agentspec_policy: Annotated[
         str | None,
-        typer.Option(help='agentspec: draft policy as JSON, e.g. \'{"max_spec_factor": 4}\' (DraftPolicy fields).'),
+        typer.Option(help="agentspec: draft policy as JSON, e.g. '{\"max_spec_factor\": 4}' (DraftPolicy fields)."),
     ] = None,
     speed_model: Annotated[
         list[str] | None,
@@ -280,9 +266,7 @@ def bench(
             share_progress.update(task, completed=share_progress.tasks[task].total)
 
         with share_progress:
-            shares = run_share(
-                config, on_start=on_share_start, on_call=on_share_call, on_source_done=on_share_done
-            )
+            shares = run_share(config, on_start=on_share_start, on_call=on_share_call, on_source_done=on_share_done)
         print_share_table(console, shares, config.limit, config.replicas)
     if json_path is not None:
         write_json(result, json_path, tables)

@@ -141,9 +141,7 @@ def parse_routing(text: str) -> tuple[Routing | None, dict[str, Routing]]:
         try:
             value = Routing(policy.strip())
         except ValueError:
-            raise ValueError(
-                f"unknown routing {policy!r}; use {', '.join(r.value for r in Routing)}"
-            ) from None
+            raise ValueError(f"unknown routing {policy!r}; use {', '.join(r.value for r in Routing)}") from None
         if sep:
             per[name.strip()] = value
         else:

@@ -97,8 +97,7 @@ def print_report(result: ReplayResult, console: Console | None = None, baseline:
     console.print(render_table(result, baseline, compact=console.width < COMPACT_BELOW))
     calls = result.record(result.proposers()[0]).calls if result.records else 0
     console.print(
-        f"{sum(result.trajectories.values())} trajectories, {calls:,} calls, "
-        f"replayed in {result.wall_s:.1f} s"
+        f"{sum(result.trajectories.values())} trajectories, {calls:,} calls, replayed in {result.wall_s:.1f} s"
     )
 
 

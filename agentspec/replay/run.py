@@ -211,9 +211,7 @@ def summarise(config: ReplayConfig, results: list[SourceResult], wall_s: float) 
             drafted_tokens=t.drafted_tokens,
             accepted_tokens=t.accepted_tokens,
             peak_index_mb=t.peak_memory_bytes / 2**20,
-            est_speedup=config.cost.speedup(
-                t.output_tokens, t.steps, t.drafted_tokens, t.propose_ns, t.index_ns
-            ),
+            est_speedup=config.cost.speedup(t.output_tokens, t.steps, t.drafted_tokens, t.propose_ns, t.index_ns),
             routing=config.routing_for(name).value if config.replicas > 1 else "single",
             bytes_per_held_token=t.peak_memory_bytes / t.held_tokens_at_peak if t.held_tokens_at_peak else None,
             context_tokens_per_step=t.context_tokens / t.proposals if t.proposals else 0.0,

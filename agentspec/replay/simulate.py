@@ -145,9 +145,7 @@ def accept_linear(draft: Sequence[int], output: list[int], pos: int) -> int:
     return n
 
 
-def accept_tree(
-    token_ids: Sequence[int], parents: Sequence[int], output: list[int], pos: int
-) -> tuple[int, int]:
+def accept_tree(token_ids: Sequence[int], parents: Sequence[int], output: list[int], pos: int) -> tuple[int, int]:
     """Longest root path of a draft tree equal to ``output[pos:]``.
 
     Returns ``(accepted, drafted)``; ``drafted`` counts the tokens of the shortest
@@ -399,9 +397,7 @@ class _Fleet:
         total = sum(s.memory_bytes() for s in self.servers.values())
         if total > self.tally.peak_memory_bytes:
             self.tally.peak_memory_bytes = total
-            self.tally.held_tokens_at_peak = sum(
-                getattr(s, "held_tokens", lambda: 0)() for s in self.servers.values()
-            )
+            self.tally.held_tokens_at_peak = sum(getattr(s, "held_tokens", lambda: 0)() for s in self.servers.values())
 
 
 @dataclass(slots=True)

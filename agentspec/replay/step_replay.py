@@ -86,9 +86,7 @@ def requests_by_session(events: Iterable[Mapping[str, Any]]) -> dict[str, list[s
     return out
 
 
-def replay_steps(
-    events: Sequence[Mapping[str, Any]], calls: Mapping[str, LoggedCall], index: DraftIndex
-) -> StepReplay:
+def replay_steps(events: Sequence[Mapping[str, Any]], calls: Mapping[str, LoggedCall], index: DraftIndex) -> StepReplay:
     """Redo the logged steps of the requests in ``calls`` (keyed by logged request id) with
     ``index`` (give it the server's :class:`~agentspec.index.policy.IndexConfig`). Rows of other
     requests are skipped: they count only in the batch size, whose effect, the cap, is

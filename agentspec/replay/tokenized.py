@@ -207,7 +207,9 @@ class TokenizedSource:
     def output(self, call: int) -> np.ndarray:
         return self.entry(int(self.call_outputs[call]))
 
-    def workload(self, limit: int | None = None, window: int | None = None, seed_dropped: bool = False) -> SourceWorkload:
+    def workload(
+        self, limit: int | None = None, window: int | None = None, seed_dropped: bool = False
+    ) -> SourceWorkload:
         """The calls of the first ``limit`` trajectories, prompts built lazily.
 
         ``seed_dropped``: each call carries what its window dropped since the session's
@@ -258,9 +260,7 @@ class TokenizedSource:
     def load(cls, path: Path) -> TokenizedSource:
         with np.load(path) as z:
             meta = json.loads(z["meta"].tobytes())
-            trajs = [
-                TrajectoryMeta(**{**m, "session_ids": tuple(m["session_ids"])}) for m in meta["trajectories"]
-            ]
+            trajs = [TrajectoryMeta(**{**m, "session_ids": tuple(m["session_ids"])}) for m in meta["trajectories"]]
             return cls(
                 meta["source"],
                 trajs,
@@ -352,9 +352,7 @@ def tokenize_source(
     offsets = np.zeros(len(rendered) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     pool = (
-        np.concatenate([np.asarray(r, dtype=np.int32) for r in rendered])
-        if rendered
-        else np.zeros(0, dtype=np.int32)
+        np.concatenate([np.asarray(r, dtype=np.int32) for r in rendered]) if rendered else np.zeros(0, dtype=np.int32)
     )
     return TokenizedSource(
         source,

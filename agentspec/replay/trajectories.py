@@ -156,9 +156,7 @@ def raw_window(length: int, window: int | None) -> tuple[int, int] | None:
     return head, length - (window - head)
 
 
-def select_window(
-    roles: Sequence[str], lengths: Sequence[int], window: int | None, reserve: int = 0
-) -> list[int]:
+def select_window(roles: Sequence[str], lengths: Sequence[int], window: int | None, reserve: int = 0) -> list[int]:
     """Indices of the messages a context condenser keeps, in order.
 
     Emulates the common condenser policy: keep the system message and the first

@@ -118,9 +118,7 @@ def logged_calls(
     for call in sorted(calls, key=lambda c: c.turn):
         per_session[call.session].append(call)
     logged = {
-        req: call
-        for session, reqs in by_session.items()
-        for req, call in zip(reqs, per_session[session], strict=True)
+        req: call for session, reqs in by_session.items() for req, call in zip(reqs, per_session[session], strict=True)
     }
     order = [e["req"] for e in events if e.get("e") == "add" and e["req"] in ours]
     return events, logged, order

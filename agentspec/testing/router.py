@@ -77,15 +77,9 @@ class VLLMRouter:
         """Start the router over ``worker_urls`` and wait until it serves ``/v1/models``."""
         binary = find_router()
         if binary is None:
-            raise FileNotFoundError(
-                f"{ROUTER_BINARY} not found: pip install vllm-router"
-            )
+            raise FileNotFoundError(f"{ROUTER_BINARY} not found: pip install vllm-router")
         port = free_port()
-        log_root = (
-            Path(log_dir)
-            if log_dir
-            else Path(tempfile.mkdtemp(prefix="agentspec-router-"))
-        )
+        log_root = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="agentspec-router-"))
         log_root.mkdir(parents=True, exist_ok=True)
         log_path = log_root / f"vllm-router-{port}.log"
         cmd = [
@@ -110,9 +104,7 @@ class VLLMRouter:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"vllm-router exited with {self.proc.returncode}:\n{self.log_tail()}"
-                )
+                raise RuntimeError(f"vllm-router exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 if httpx.get(self.url + "/v1/models", timeout=2.0).status_code == 200:
                     return
@@ -120,15 +112,11 @@ class VLLMRouter:
                 pass
             time.sleep(0.2)
         self.stop()
-        raise TimeoutError(
-            f"vllm-router not ready after {timeout:.0f} s:\n{self.log_tail()}"
-        )
+        raise TimeoutError(f"vllm-router not ready after {timeout:.0f} s:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 40) -> str:
         try:
-            return "\n".join(
-                self.log_path.read_text(errors="replace").splitlines()[-lines:]
-            )
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
 

@@ -155,7 +155,14 @@ class VLLMServer:
             cmd = build_command(str(model_dir), args, python=python, drafter=settings.drafter)
             env = build_env(settings)
         else:
-            cmd = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), *args]
+            cmd = [
+                python or sys.executable,
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
+                str(model_dir),
+                *args,
+            ]
             env = dict(os.environ)
             env.pop("AGENTSPEC_ENGINE_CONFIG", None)
         # The variable would override --kv-cache-memory-bytes (vLLM's CPU platform reads it last).

@@ -290,9 +290,7 @@ class StubServer:
                 return error(400, str(exc), exc.param)
             chat = request.url.path.endswith("/chat/completions")
             prompt = body.get("prompt")
-            if not chat and not (
-                isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)
-            ):
+            if not chat and not (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)):
                 return error(400, "the stub completes token-id prompts only")
             if body.get("stream"):
                 stream = self._stream(body) if chat else self._stream_completion(body)
@@ -461,7 +459,10 @@ class StubServer:
             pieces = [(p, stub_tokenize(p)) for p in re.findall(r"\s*\S+", rest)]
         else:
             n = int(body.get("max_tokens") or 16)
-            pieces = [(("" if i == 0 else " ") + str(t), [t]) for i, t in enumerate((prompt[-1] + 1 + i) % VOCAB for i in range(n))]
+            pieces = [
+                (("" if i == 0 else " ") + str(t), [t])
+                for i, t in enumerate((prompt[-1] + 1 + i) % VOCAB for i in range(n))
+            ]
         finish = "stop" if rest is not None else "length"
         cut = self.cut_stream_after
         self.cut_stream_after = None

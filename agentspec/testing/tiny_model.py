@@ -186,9 +186,7 @@ def build_tiny_drafter(target: str | os.PathLike[str], layers: int = 2) -> Path:
     try:
         staging.rename(out)
     except OSError:
-        shutil.rmtree(
-            staging, ignore_errors=True
-        )  # another process built the same files
+        shutil.rmtree(staging, ignore_errors=True)  # another process built the same files
     return out
 
 
@@ -256,7 +254,10 @@ def build_tiny_eagle3_head(target: str | os.PathLike[str]) -> Path:
         "layers.0.mlp.gate_proj.weight": weight(i, h),
         "layers.0.mlp.up_proj.weight": weight(i, h),
         "layers.0.mlp.down_proj.weight": weight(h, i),
-        **{f"layers.0.{norm}.weight": _ones(h) for norm in ("input_layernorm", "hidden_norm", "post_attention_layernorm")},
+        **{
+            f"layers.0.{norm}.weight": _ones(h)
+            for norm in ("input_layernorm", "hidden_norm", "post_attention_layernorm")
+        },
         "norm.weight": _ones(h),
     }
     return _save_head(config, tensors, target, out)

@@ -187,7 +187,7 @@ def truncate(text: str, limit: int) -> str:
     head = limit // 2
     tail = limit - head
     cut = len(text) - head - tail
-    return f"{text[:head]}\n[... {cut} characters cut ...]\n{text[len(text) - tail:]}"
+    return f"{text[:head]}\n[... {cut} characters cut ...]\n{text[len(text) - tail :]}"
 
 
 SANDBOX_REPO = "/repo"
@@ -604,9 +604,7 @@ def run_in(root: Path, command: str, settings: Settings) -> CommandResult:
     )
 
 
-def run_attempt(
-    client: AgentSpecClient, instance: Instance, settings: Settings, attempt: int
-) -> AttemptResult:
+def run_attempt(client: AgentSpecClient, instance: Instance, settings: Settings, attempt: int) -> AttemptResult:
     """One attempt: a session in the instance's group, in a fresh copy of its repository."""
     # A fresh suffix keeps a rerun's sessions apart on a server that still holds the last run's.
     session_id = f"{instance.instance_id}.{attempt}.{uuid.uuid4().hex[:8]}"
@@ -764,13 +762,19 @@ def main(
         resolved = f"{sum(r.resolved for r in mine)}/{len(mine)}"
         failed = sum(r.error is not None for r in mine)
         table.add_row(
-            instance.instance_id, resolved, str(sum(r.calls for r in mine)), rate, f"[red]{failed}[/red]" if failed else "0"
+            instance.instance_id,
+            resolved,
+            str(sum(r.calls for r in mine)),
+            rate,
+            f"[red]{failed}[/red]" if failed else "0",
         )
     console.print(table)
     failures = [r for r in all_results if r.error is not None]
     if failures:
         # The run did not measure what it was asked to: say so, and fail.
-        console.print(f"[red]{len(failures)} attempt(s) ended on a call the server refused[/red] (first: {failures[0].error})")
+        console.print(
+            f"[red]{len(failures)} attempt(s) ended on a call the server refused[/red] (first: {failures[0].error})"
+        )
         raise typer.Exit(1)
 
 

@@ -100,7 +100,9 @@ class OpenHandsSettings:
     """Test command runs: isolation, limits, timeout (harness.py's)."""
 
 
-def run_attempt(task: AgentspecTask, instance: Instance, settings: OpenHandsSettings, number: int, seed: str) -> OpenHandsAttempt:
+def run_attempt(
+    task: AgentspecTask, instance: Instance, settings: OpenHandsSettings, number: int, seed: str
+) -> OpenHandsAttempt:
     """One OpenHands conversation in a fresh copy of the instance's repository."""
     llm = task.llm()
     summariser = LLMSummarizingCondenser(

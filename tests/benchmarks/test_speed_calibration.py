@@ -62,7 +62,9 @@ def test_a_shape_the_file_describes_is_priced_from_its_dimensions(tmp_path: Path
     assert shape.kv_bytes_per_token == MODELS["8b"].kv_bytes_per_token
     path = tmp_path / "cut.json"
     row = {"model": "8b-16l", "batch": 1, "verified": 1, "context": 0, "seconds": 0.01}
-    path.write_text(json.dumps({"device": "x", "shapes": {"8b-16l": dims | {"layers": 16, "vocab": 128256}}, "rows": [row]}))
+    path.write_text(
+        json.dumps({"device": "x", "shapes": {"8b-16l": dims | {"layers": 16, "vocab": 128256}}, "rows": [row]})
+    )
     shapes = StepTimes.load(path).model_shapes()
     assert shapes["8b-16l"].layers == 16
     assert shapes["8b-16l"].params == pytest.approx(16 * 218_103_808 + 2 * 128256 * 4096)
@@ -93,7 +95,9 @@ def test_bad_input_is_refused_by_name(tmp_path: Path) -> None:
     odd.write_text(
         json.dumps({"device": "x", "rows": [{"model": "13b", "batch": 1, "verified": 1, "context": 0, "seconds": 1}]})
     )
-    with pytest.raises(ValueError, match=r"model shapes \['13b'\] are neither in agentspec.draft_budget.speed_model.MODELS"):
+    with pytest.raises(
+        ValueError, match=r"model shapes \['13b'\] are neither in agentspec.draft_budget.speed_model.MODELS"
+    ):
         StepTimes.load(odd)
     odd.write_text(json.dumps({"device": "x", "rows": [{"model": "8b", "batch": 0, "verified": 1, "context": 0}]}))
     with pytest.raises(ValueError, match="batch"):

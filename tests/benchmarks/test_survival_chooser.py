@@ -18,7 +18,6 @@ def candidate(tokens: list[int], probs: list[float], level: Level = Level.CALL, 
     return Candidate(TreeDraft(tokens, probs, float(sum(probs)), match), level, weight)
 
 
-
 def test_expected_accepted_tokens_by_hand():
     features = np.zeros((3, len(FEATURES)))
     features[:, 0] = 1.0  # the bias column

@@ -90,7 +90,9 @@ def test_5xx_fails_over_marks_down_and_the_new_backend_gets_the_history() -> Non
     assert "agentspec_seeds" not in body
     with first:
         session.delivered(first.backend, n)
-    session.record_chat(body["messages"], {"choices": [{"message": {"role": "assistant", "content": "ok"}}]}, first.backend, 1)
+    session.record_chat(
+        body["messages"], {"choices": [{"message": {"role": "assistant", "content": "ok"}}]}, first.backend, 1
+    )
 
     machine = session.attempts()
     home = attempt_of(machine)

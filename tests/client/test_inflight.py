@@ -27,9 +27,7 @@ MARK_DOWN_AFTER_S = 0.3
 
 
 def _figure(name: str, elapsed: float) -> None:
-    print(
-        f"\nFIGURE turn after a hang, {name}: {elapsed:.2f} s (read timeout {READ_TIMEOUT_S:.0f} s)"
-    )
+    print(f"\nFIGURE turn after a hang, {name}: {elapsed:.2f} s (read timeout {READ_TIMEOUT_S:.0f} s)")
 
 
 @pytest.fixture
@@ -82,13 +80,9 @@ def test_a_failing_watcher_does_not_stop_the_others() -> None:
     assert not router.is_up("http://a:1")
 
 
-def test_a_cancelled_attempt_is_retried_elsewhere_and_keeps_the_mark_down_reason() -> (
-    None
-):
+def test_a_cancelled_attempt_is_retried_elsewhere_and_keeps_the_mark_down_reason() -> None:
     router = BackendRouter(["http://a:1", "http://b:1"])
-    machine = router.attempts(
-        "g", RetryPolicy(backoff_initial_s=0.0, backoff_max_s=0.0)
-    )
+    machine = router.attempts("g", RetryPolicy(backoff_initial_s=0.0, backoff_max_s=0.0))
     first = machine.next_action()
     cancelled: list[str] = []
     first.on_mark_down(cancelled.append)
@@ -121,9 +115,7 @@ def test_a_cancelled_attempt_after_output_is_an_interrupted_stream() -> None:
 
 
 @pytest.mark.parametrize("how", ["health check", "another call's failure"])
-def test_sync_hung_chat_moves_on_when_the_backend_is_marked_down(
-    slow_config, stub_at, how
-) -> None:
+def test_sync_hung_chat_moves_on_when_the_backend_is_marked_down(slow_config, stub_at, how) -> None:
     with AgentSpecClient(slow_config) as client, client.session() as s:
         home, other = _home(client, stub_at, s)
         home.hang = True
@@ -160,9 +152,7 @@ def test_sync_hung_stream_before_output_moves_on(slow_config, stub_at) -> None:
 
 
 def test_sync_background_health_thread_cancels_a_hung_call(config, stub_at) -> None:
-    cfg = config.model_copy(
-        update={"read_timeout_s": READ_TIMEOUT_S, "health_check_interval_s": 0.2}
-    )
+    cfg = config.model_copy(update={"read_timeout_s": READ_TIMEOUT_S, "health_check_interval_s": 0.2})
     with AgentSpecClient(cfg) as client, client.session() as s:
         home, other = _home(client, stub_at, s)
         home.hang = True
@@ -193,9 +183,7 @@ def test_sync_stream_closed_early_stops_its_worker(slow_config, stub_at) -> None
 
 
 @pytest.mark.parametrize("how", ["health check", "another call's failure"])
-async def test_async_hung_chat_moves_on_when_the_backend_is_marked_down(
-    slow_config, stub_at, how
-) -> None:
+async def test_async_hung_chat_moves_on_when_the_backend_is_marked_down(slow_config, stub_at, how) -> None:
     async with AsyncAgentSpecClient(slow_config) as client, client.session() as s:
         await s.chat(USER)
         home = stub_at(s.backend)
@@ -242,9 +230,7 @@ async def test_async_hung_stream_before_output_moves_on(slow_config, stub_at) ->
         assert result.backend != home.url and result.content == "echo: hello there"
 
 
-async def test_async_mark_down_from_another_thread_cancels(
-    slow_config, stub_at
-) -> None:
+async def test_async_mark_down_from_another_thread_cancels(slow_config, stub_at) -> None:
     async with AsyncAgentSpecClient(slow_config) as client, client.session() as s:
         await s.chat(USER)
         home = stub_at(s.backend)

@@ -183,7 +183,9 @@ def test_greedy_stream_cut_midway_resumes_on_another_backend_exactly(servers, re
     proxy = CuttingProxy(own.port, cut_after=2)  # the role chunk, then the first output
     try:
         backends = [proxy.url, shared.url]
-        group = next(f"real-resume-{i}" for i in range(1000) if rendezvous_order(f"real-resume-{i}", backends)[0] == proxy.url)
+        group = next(
+            f"real-resume-{i}" for i in range(1000) if rendezvous_order(f"real-resume-{i}", backends)[0] == proxy.url
+        )
         config = real_config.model_copy(update={"backends": tuple(backends)})
         ask = [{"role": "user", "content": "def fibonacci(n):"}]
         params: dict[str, Any] = {"max_tokens": 48, "temperature": 0.0, "extra_body": {"ignore_eos": True}}

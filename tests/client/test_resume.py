@@ -24,11 +24,7 @@ BOUND_S = 10.0
 
 
 def _text(chunks: list[dict]) -> str:
-    return "".join(
-        c["choices"][0]["delta"].get("content") or ""
-        for c in chunks
-        if c.get("choices")
-    )
+    return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
 
 
 def _settled(client, stub_at, s):
@@ -48,14 +44,8 @@ def test_cut_stream_resumes_elsewhere_as_one_stream(config, stub_at) -> None:
         chunks = list(stream)
         result = stream.result
     assert _text(chunks) == _text(uncut) == REPLY
-    assert (
-        result is not None
-        and result.content == REPLY
-        and result.finish_reason == "stop"
-    )
-    assert (
-        result.backend == other and result.turn.attempts == 2 and result.turn.streamed
-    )
+    assert result is not None and result.content == REPLY and result.finish_reason == "stop"
+    assert result.backend == other and result.turn.attempts == 2 and result.turn.streamed
     assert [c["object"] for c in chunks] == ["chat.completion.chunk"] * len(chunks)
     assert {c["id"] for c in chunks} == {"chatcmpl-stub"}  # one stream, one id
     # The client asked for the token ids; the caller did not, and does not see them.
@@ -72,9 +62,7 @@ def test_cut_stream_resumes_elsewhere_as_one_stream(config, stub_at) -> None:
     assert "messages" not in resumed.body
     assert resumed.body["vllm_xargs"]["session_id"] == s.session_id
     # The new backend is re-seeded with the session's history, as for any failover.
-    assert any(
-        seed["text"].startswith("first") for seed in resumed.body["agentspec_seeds"]
-    )
+    assert any(seed["text"].startswith("first") for seed in resumed.body["agentspec_seeds"])
     assert [t.backend for t in s.turns] == [home.url, home.url, other]
 
 
@@ -84,12 +72,7 @@ def test_callers_own_token_ids_are_kept(config, stub_at) -> None:
         home.cut_stream_after = 1
         chunks = list(s.stream_chat(ASK, extra_body={"return_token_ids": True}))
     assert _text(chunks) == REPLY
-    ids = [
-        t
-        for c in chunks
-        if c.get("choices")
-        for t in c["choices"][0].get("token_ids") or ()
-    ]
+    ids = [t for c in chunks if c.get("choices") for t in c["choices"][0].get("token_ids") or ()]
     assert ids == stub_tokenize(REPLY)
 
 
@@ -118,9 +101,7 @@ def test_usage_counts_the_whole_output(config, stub_at) -> None:
     ],
     ids=["tools", "response_format", "structured_outputs", "n", "logprobs"],
 )
-def test_streams_that_cannot_be_resumed_exactly_still_raise(
-    config, stub_at, params
-) -> None:
+def test_streams_that_cannot_be_resumed_exactly_still_raise(config, stub_at, params) -> None:
     with AgentSpecClient(config) as client, client.session() as s:
         home, _ = _settled(client, stub_at, s)
         home.cut_stream_after = 1
@@ -170,9 +151,7 @@ def test_hung_stream_resumes_when_its_backend_is_marked_down(config, stub_at) ->
         chunks = list(s.stream_chat(ASK))
         elapsed = time.monotonic() - start
         timer.join()
-    print(
-        f"\nFIGURE sync stream hung after output, resumed: {elapsed:.2f} s (read timeout {READ_TIMEOUT_S:.0f} s)"
-    )
+    print(f"\nFIGURE sync stream hung after output, resumed: {elapsed:.2f} s (read timeout {READ_TIMEOUT_S:.0f} s)")
     assert elapsed < BOUND_S
     assert _text(chunks) == REPLY
     assert s.turns[-1].backend == other and s.turns[-1].attempts == 2
@@ -202,9 +181,7 @@ async def test_async_cut_and_hung_streams_resume(config, stub_at) -> None:
             tg.start_soon(mark_down)
             result = await s.stream_chat(ASK).until_done()
         elapsed = time.monotonic() - start
-    print(
-        f"\nFIGURE async stream hung after output, resumed: {elapsed:.2f} s (read timeout {READ_TIMEOUT_S:.0f} s)"
-    )
+    print(f"\nFIGURE async stream hung after output, resumed: {elapsed:.2f} s (read timeout {READ_TIMEOUT_S:.0f} s)")
     assert elapsed < BOUND_S
     assert result.content == REPLY and result.backend != home.url
 
@@ -251,9 +228,7 @@ def _machine(**policy):
     from agentspec.client import BackendRouter, RetryPolicy
 
     router = BackendRouter(["http://a:1", "http://b:1"])
-    return router, router.attempts(
-        "g", RetryPolicy(backoff_initial_s=0.0, backoff_max_s=0.0, **policy)
-    )
+    return router, router.attempts("g", RetryPolicy(backoff_initial_s=0.0, backoff_max_s=0.0, **policy))
 
 
 def _cut(attempt, *, resumable: bool) -> None:
@@ -287,9 +262,7 @@ def test_machine_hands_a_resumable_cut_to_the_next_attempt() -> None:
     assert machine.delivered is second
 
 
-@pytest.mark.parametrize(
-    "resumable, policy", [(False, {}), (True, {"resume_streams": False})]
-)
+@pytest.mark.parametrize("resumable, policy", [(False, {}), (True, {"resume_streams": False})])
 def test_machine_stops_a_cut_it_cannot_resume(resumable, policy) -> None:
     _, machine = _machine(**policy)
     with pytest.raises(StreamInterruptedError) as info:

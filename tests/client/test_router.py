@@ -50,9 +50,7 @@ def _router_app(backends: list[str], header: str) -> Starlette:
             )
         body = await upstream.aread()
         await upstream.aclose()
-        return Response(
-            body, status_code=upstream.status_code, media_type=upstream.headers.get("content-type")
-        )
+        return Response(body, status_code=upstream.status_code, media_type=upstream.headers.get("content-type"))
 
     return Starlette(routes=[Route("/{path:path}", proxy, methods=["GET", "POST"])])
 

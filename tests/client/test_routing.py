@@ -28,10 +28,7 @@ factors = st.sampled_from([1.0, 1.1, 1.25, 1.5, 2.0])
 def test_score_is_stable_across_processes() -> None:
     # Python's hash() is salted per process; blake2b is not. Another interpreter with a
     # different hash seed must agree, or two client processes would pin differently.
-    code = (
-        "from agentspec.client.routing import rendezvous_score;"
-        "print(rendezvous_score('group-1', 'http://a:8000'))"
-    )
+    code = "from agentspec.client.routing import rendezvous_score;print(rendezvous_score('group-1', 'http://a:8000'))"
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert int(out.stdout) == rendezvous_score("group-1", "http://a:8000")

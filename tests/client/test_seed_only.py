@@ -86,7 +86,10 @@ async def test_async_twin(config, stub_at) -> None:
         ([], "JSON object"),
         ({"agentspec_seeds": [{"text": "x"}], "messages": []}, "unknown field"),
         ({"agentspec_seeds": []}, "at least one seed"),
-        ({"agentspec_seeds": [{"text": "x"}], "vllm_xargs": {"session_id": "s", "agentspec_seed_only": 1}}, "may hold only"),
+        (
+            {"agentspec_seeds": [{"text": "x"}], "vllm_xargs": {"session_id": "s", "agentspec_seed_only": 1}},
+            "may hold only",
+        ),
     ],
 )
 def test_malformed_seed_requests_are_refused(stubs, body, message) -> None:

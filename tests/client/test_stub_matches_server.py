@@ -120,7 +120,10 @@ def test_seed_only_refusals_match(agentspec_server, stub, name: str, body: Any) 
 
 def test_seed_only_request_seeds_without_a_call(agentspec_server, stub) -> None:
     sid = f"seed-only-{time.monotonic_ns()}"
-    body = {"agentspec_seeds": [{"token_ids": [11, 12, 13, 14], "kind": "document"}], "vllm_xargs": {"group_id": "so-g"}}
+    body = {
+        "agentspec_seeds": [{"token_ids": [11, 12, 13, 14], "kind": "document"}],
+        "vllm_xargs": {"group_id": "so-g"},
+    }
     answers = [
         httpx.post(url + wire.SEEDS_PATH, json=body, headers={wire.SESSION_HEADER: sid}, timeout=60)
         for url in (agentspec_server.url, stub.url)

@@ -43,9 +43,7 @@ def test_the_estimate_forgets_old_traffic() -> None:
 
 
 @given(st.floats(0.0, 1.0), st.integers(0, 32), st.integers(0, 32))
-def test_expected_accepted_grows_with_length_and_acceptance(
-    p: float, n: int, m: int
-) -> None:
+def test_expected_accepted_grows_with_length_and_acceptance(p: float, n: int, m: int) -> None:
     lo, hi = sorted((n, m))
     est = ModelDrafterEstimate(prior=p)
     assert est.expected_accepted(lo) <= est.expected_accepted(hi) + 1e-12

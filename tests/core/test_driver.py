@@ -141,7 +141,9 @@ def _draft_level(d: RequestDriver, req: str, session: str) -> Level | None:
 
 def test_a_new_policy_retires_group_and_global_outputs_but_not_seeds_or_sessions() -> None:
     d = _driver(IndexConfig())
-    d.admit("seeder", RequestSpec("s0", "grp", seeds=(TokenSeed((7, 8, 9, 10), scope=SeedScope.GROUP),), seed_only=True))
+    d.admit(
+        "seeder", RequestSpec("s0", "grp", seeds=(TokenSeed((7, 8, 9, 10), scope=SeedScope.GROUP),), seed_only=True)
+    )
     d.release("seeder")
     _sibling(d, "a", "s1")
     assert _draft_level(d, "b", "s2") in (Level.GROUP, Level.GLOBAL)  # a sibling's output drafts

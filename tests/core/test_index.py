@@ -38,7 +38,7 @@ def test_budget_caps_the_draft_and_zero_switches_drafting_off():
     index.start_call("c", list(range(1, 40)) + [1, 2, 3], session_id="s")
     assert len(index.propose("c").token_ids) > 4
     assert len(index.propose("c", max_tokens=4).token_ids) == 4
-    assert index.propose("c", max_tokens=0) .token_ids == []
+    assert index.propose("c", max_tokens=0).token_ids == []
 
 
 def test_a_probability_cut_keeps_the_drafts_likely_prefix_and_counts_what_was_drafted():

@@ -103,9 +103,10 @@ def test_step_time_grows_with_batch_verified_tokens_and_context(
     assert model.step_seconds(batch, verified + more, context) >= t
     assert model.step_seconds(batch, verified, context + 1000 * more) >= t
     assert parse_speed_model("h200:8b").step_seconds(batch, verified, context) <= t  # more bandwidth
-    assert parse_speed_model("h100:32b").step_seconds(batch, verified, context) >= model.step_seconds(
-        batch, verified, context
-    ) * 0.5  # two GPUs for four times the weights: never twice as fast
+    assert (
+        parse_speed_model("h100:32b").step_seconds(batch, verified, context)
+        >= model.step_seconds(batch, verified, context) * 0.5
+    )  # two GPUs for four times the weights: never twice as fast
 
 
 @given(emitted=st.floats(1.0, 30.0), drafter=st.floats(0.0, 1e-4), concurrency=st.integers(1, 128))

@@ -80,9 +80,7 @@ def main(target: str, drafter: str, request_path: str, result_path: str) -> None
     if isinstance(max_tokens, int):
         max_tokens = [max_tokens] * len(request["prompts"])
     params = [SamplingParams(temperature=0.0, max_tokens=n) for n in max_tokens]
-    outputs = llm.generate(
-        [TokensPrompt(prompt_token_ids=p) for p in request["prompts"]], params
-    )
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in request["prompts"]], params)
     result = {
         "proposer": type(proposer).__name__,
         "drafter_model": type(model).__name__,

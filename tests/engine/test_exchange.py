@@ -249,4 +249,6 @@ def test_the_tokenizer_digest_tells_vocabularies_apart() -> None:
     assert tokenizer_digest(_Tokenizer({**vocab, "a": 1, "b": 0}, [3])) != ours  # ids that mean other text
     assert tokenizer_digest(_Tokenizer({**vocab, "<tool>": 4}, [3])) != ours  # an added token
     assert tokenizer_digest(_Tokenizer(vocab, [])) != ours  # other special ids
-    assert tokenizer_digest(_Tokenizer({"a": 0, "b\t1\ta": 1}, [])) != tokenizer_digest(_Tokenizer({"a\t1\tb": 0, "a": 1}, []))
+    assert tokenizer_digest(_Tokenizer({"a": 0, "b\t1\ta": 1}, [])) != tokenizer_digest(
+        _Tokenizer({"a\t1\tb": 0, "a": 1}, [])
+    )

@@ -237,9 +237,7 @@ def test_close_sends_what_is_queued(server: RedisServer, replicas) -> None:
     assert raw.xlen("test") == 50 and a.counters()["exchange_pending"] == 0
 
 
-def test_close_is_bounded_when_redis_is_down(
-    server: RedisServer, replicas, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_close_is_bounded_when_redis_is_down(server: RedisServer, replicas, caplog: pytest.LogCaptureFixture) -> None:
     a = replicas("a", block_s=0.2)
     server.stop()
     for i in range(3):
@@ -269,7 +267,9 @@ def test_a_process_that_exits_sends_its_queue_first(server: RedisServer) -> None
     # vLLM's engine core is a forked multiprocessing child: it leaves without atexit hooks.
     raw = redis.Redis.from_url(server.url)
     raw.execute_command("CLIENT", "PAUSE", 1000, "WRITE")  # the child exits with all 20 queued
-    child = multiprocessing.get_context("fork").Process(target=_publish_and_exit, args=(server.url + "?stream=test", 20))
+    child = multiprocessing.get_context("fork").Process(
+        target=_publish_and_exit, args=(server.url + "?stream=test", 20)
+    )
     child.start()
     child.join(timeout=30)
     assert child.exitcode == 0

@@ -96,7 +96,6 @@ def test_the_replay_counts_what_the_server_counted(agentspec_server) -> None:
     assert sum(t.accepted_tokens for t in replayed.values()) > SESSIONS * TURNS * 5
 
 
-
 def test_the_step_replay_equals_the_server_at_concurrency(agentspec_server) -> None:
     """More sessions at once than the batch budget drafts in full for (8), so that it cuts
     drafts; siblings of a group share their first prompt and run at the same time."""

@@ -29,11 +29,7 @@ from agentspec.testing.stats import metric_value
 pytestmark = pytest.mark.server
 
 PATHS = ("suffix", "model", "none")
-KEYS = [
-    f"{p}_{k}"
-    for p in PATHS
-    for k in ("drafts_total", "draft_tokens_total", "accepted_tokens_total")
-] + [
+KEYS = [f"{p}_{k}" for p in PATHS for k in ("drafts_total", "draft_tokens_total", "accepted_tokens_total")] + [
     "drafter_runs_total",
     "drafter_runs_skipped_total",
 ]
@@ -61,41 +57,31 @@ def _session(base: str, session: str, first: str, turns: int) -> list[list[int]]
     return outputs
 
 
-def test_greedy_outputs_equal_plain_vllm_over_concurrent_sessions(
-    agentspec_hybrid_server, plain_server
-) -> None:
+def test_greedy_outputs_equal_plain_vllm_over_concurrent_sessions(agentspec_hybrid_server, plain_server) -> None:
     firsts = PROMPTS[:4]
 
     def run(base: str, i: int) -> list[list[int]]:
         return _session(base, f"hy-{base[-5:]}-{i}", firsts[i], turns=3)
 
     with ThreadPoolExecutor(4) as pool:
-        ours = list(
-            pool.map(lambda i: run(agentspec_hybrid_server.url, i), range(len(firsts)))
-        )
+        ours = list(pool.map(lambda i: run(agentspec_hybrid_server.url, i), range(len(firsts))))
         ref = list(pool.map(lambda i: run(plain_server.url, i), range(len(firsts))))
     for first, a, b in zip(firsts, ours, ref, strict=True):
         assert a == b, f"a session starting {first!r} differs from plain vLLM"
 
 
-def _repeating_session(
-    base: str, session: str, first: str, turns: int
-) -> list[list[int]]:
+def _repeating_session(base: str, session: str, first: str, turns: int) -> list[list[int]]:
     """An agent loop whose every prompt holds the previous prompt and output and then the
     first prompt again, so the model's next output repeats text the session holds."""
     prompt, outputs = first, []
     for _ in range(turns):
-        resp = completion_ok(
-            base, prompt, max_tokens=64, headers={"X-Session-Id": session}
-        )
+        resp = completion_ok(base, prompt, max_tokens=64, headers={"X-Session-Id": session})
         outputs.append(resp["choices"][0]["token_ids"])
         prompt = prompt + resp["choices"][0]["text"] + "\n# again\n" + first
     return outputs
 
 
-def test_one_session_takes_both_paths_and_skips_the_drafter(
-    agentspec_hybrid_server, plain_server
-) -> None:
+def test_one_session_takes_both_paths_and_skips_the_drafter(agentspec_hybrid_server, plain_server) -> None:
     base = agentspec_hybrid_server.url
     idle_stats(base)
     before = _engine(base)
@@ -109,10 +95,7 @@ def test_one_session_takes_both_paths_and_skips_the_drafter(
     assert d["model_drafts_total"] > 0, d
     # Steps where the index's draft was taken ran only the drafter's first pass.
     assert d["drafter_runs_skipped_total"] > 0, d
-    assert (
-        d["drafter_runs_total"] + d["drafter_runs_skipped_total"]
-        >= d["model_drafts_total"]
-    ), d
+    assert d["drafter_runs_total"] + d["drafter_runs_skipped_total"] >= d["model_drafts_total"], d
     # The drafter agrees with the target: every model draft is accepted in full, also
     # after skipped draft passes, so the draft KV cache stayed right.
     assert d["model_accepted_tokens_total"] == d["model_draft_tokens_total"] > 0, d
@@ -146,9 +129,7 @@ def test_paths_switch_inside_one_request(agentspec_hybrid_server, plain_server) 
     assert stats["model_accepted_tokens"] == stats["model_draft_tokens"] > 0, stats
 
 
-def test_concurrent_requests_mix_paths_in_one_batch(
-    agentspec_hybrid_server, plain_server
-) -> None:
+def test_concurrent_requests_mix_paths_in_one_batch(agentspec_hybrid_server, plain_server) -> None:
     """Several requests per step, some on the index's draft and some on the model's."""
     base = agentspec_hybrid_server.url
     prompts = [p * 2 for p in PROMPTS[6:12]]
@@ -161,9 +142,7 @@ def test_concurrent_requests_mix_paths_in_one_batch(
         ref = list(pool.map(lambda p: run(plain_server.url, p), prompts))
     assert ours == ref
     stats = server_stats(base)["engine"]
-    assert stats.get("model_accepted_tokens_total") == stats.get(
-        "model_draft_tokens_total"
-    )
+    assert stats.get("model_accepted_tokens_total") == stats.get("model_draft_tokens_total")
 
 
 def _accepted_both_ways(base: str) -> tuple[float, float]:
@@ -191,14 +170,8 @@ def test_paths_and_drafter_on_metrics(agentspec_hybrid_server) -> None:
     for path in ("suffix", "model"):
         exported = metric_value(text, "agentspec_path_drafts_total", f'path="{path}"')
         assert exported == engine[f"{path}_drafts_total"] > 0
-    assert (
-        metric_value(text, "agentspec_drafter_runs_total")
-        == engine["drafter_runs_total"]
-    )
-    assert (
-        metric_value(text, "agentspec_drafter_runs_skipped_total")
-        == engine["drafter_runs_skipped_total"]
-    )
+    assert metric_value(text, "agentspec_drafter_runs_total") == engine["drafter_runs_total"]
+    assert metric_value(text, "agentspec_drafter_runs_skipped_total") == engine["drafter_runs_skipped_total"]
     # vLLM's own count of accepted draft tokens is the two paths' together.
     vllm_after, ours_after = _accepted_both_ways(base)
     assert vllm_after - vllm_before == ours_after - ours_before > 0
@@ -227,9 +200,7 @@ def _samples(base: str, prompt: str, requests: int = 8, n: int = 50) -> list[lis
     return out
 
 
-def _tv_permutation_p(
-    a: list[int], b: list[int], rounds: int = 2000
-) -> tuple[float, float]:
+def _tv_permutation_p(a: list[int], b: list[int], rounds: int = 2000) -> tuple[float, float]:
     """Total variation distance between two samples' distributions and its permutation
     p-value (the chance of a distance at least as large if both came from one distribution)."""
     cats = {t: i for i, t in enumerate(sorted(set(a) | set(b)))}
@@ -252,9 +223,7 @@ SAMPLED_SERVERS = ["agentspec_hybrid_server", "agentspec_hybrid_sampled_server",
 
 # Each case declares only its own server: the run keeps one of them alive at a time.
 @pytest.mark.parametrize("server", [pytest.param(s, marks=pytest.mark.server(s)) for s in SAMPLED_SERVERS])
-def test_sampled_outputs_keep_the_targets_distribution(
-    request, plain_server, server: str
-) -> None:
+def test_sampled_outputs_keep_the_targets_distribution(request, plain_server, server: str) -> None:
     """At temperature 1, tokens at drafted positions are distributed as plain vLLM's.
 
     (vLLM 0.32's CPU backend fails this for every speculative method unless
@@ -276,18 +245,12 @@ def test_sampled_outputs_keep_the_targets_distribution(
         assert d["suffix_drafts_total"] > 0 and d["model_drafts_total"] > 0, d
     text = httpx.get(base + "/metrics").text
     drafted = metric_value(text, "vllm:spec_decode_num_draft_tokens_total") - drafted0
-    accepted = (
-        metric_value(text, "vllm:spec_decode_num_accepted_tokens_total") - accepted0
-    )
+    accepted = metric_value(text, "vllm:spec_decode_num_accepted_tokens_total") - accepted0
     # Drafts were verified under sampling, and sampling rejected some of them.
     assert drafted > 500 and 0 < accepted < drafted
     for pos in (1, 2, 4):  # position 0 is the prefill's token: nothing drafts it
         a = [o[pos] for o in ours if len(o) > pos]
         b = [o[pos] for o in ref if len(o) > pos]
-        assert max(np.bincount(np.unique(b, return_inverse=True)[1])) < 0.5 * len(
-            b
-        )  # not near-greedy
+        assert max(np.bincount(np.unique(b, return_inverse=True)[1])) < 0.5 * len(b)  # not near-greedy
         distance, p = _tv_permutation_p(a, b)
-        assert p > 0.001, (
-            f"position {pos}: distance {distance:.3f} between samples, p={p:.4f}"
-        )
+        assert p > 0.001, f"position {pos}: distance {distance:.3f} between samples, p={p:.4f}"

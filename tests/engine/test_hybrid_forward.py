@@ -45,16 +45,12 @@ def _build(builder: str, target: Path) -> Path:
 
 
 def _tokens(base: str, text: str) -> list[int]:
-    r = httpx.post(
-        base + "/tokenize", json={"model": "tiny", "prompt": text}, timeout=30
-    )
+    r = httpx.post(base + "/tokenize", json={"model": "tiny", "prompt": text}, timeout=30)
     assert r.status_code == 200, r.text
     return r.json()["tokens"]
 
 
-def _probe(
-    target: Path, drafter: Path, tmp_path: Path, request: dict[str, Any]
-) -> dict[str, Any]:
+def _probe(target: Path, drafter: Path, tmp_path: Path, request: dict[str, Any]) -> dict[str, Any]:
     """Run ``hybrid_probe.py`` on ``request`` and return its result."""
     request_path = tmp_path / "request.json"
     request_path.write_text(json.dumps({"num_tokens": NUM_TOKENS, **request}))
@@ -128,16 +124,12 @@ def test_drafter_passes_follow_the_paths_and_outputs_equal_plain_vllm(
         result["forward"],
         engine,
     )
-    assert engine["suffix_drafts_total"] > 0 and engine["model_drafts_total"] > 0, (
-        engine
-    )
+    assert engine["suffix_drafts_total"] > 0 and engine["model_drafts_total"] > 0, engine
     # Step by step: the first pass alone, or all NUM_TOKENS passes.
     assert {forwards for _, forwards, _ in result["calls"]} == {1, NUM_TOKENS}
 
 
-def test_vllms_batch_size_schedule_caps_the_hybrid(
-    plain_server, tiny_model_dir: Path, tmp_path: Path
-) -> None:
+def test_vllms_batch_size_schedule_caps_the_hybrid(plain_server, tiny_model_dir: Path, tmp_path: Path) -> None:
     """vLLM's ``num_speculative_tokens_per_batch_size`` composes with agentspec's budget:
     here 8 tokens for a request alone and none for two or more. Where it allows none, no
     request drafts and the draft model runs only its first pass (which keeps its KV

@@ -29,9 +29,8 @@ def test_unsupported_vllm_fails_clearly(monkeypatch: pytest.MonkeyPatch, version
     with pytest.raises(plugin.UnsupportedVLLMError) as err:
         plugin.register()
     # The message names what is supported, and how each series was checked.
-    assert (
-        "supports vLLM 0.32.x (tested) and 0.33.x (surface-checked, never run);"
-        f" this is vLLM {version}" in str(err.value)
+    assert f"supports vLLM 0.32.x (tested) and 0.33.x (surface-checked, never run); this is vLLM {version}" in str(
+        err.value
     )
 
 

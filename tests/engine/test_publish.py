@@ -82,9 +82,7 @@ def test_cheap_snapshots_keep_the_configured_interval(tmp_path: Path, monkeypatc
     assert writes == [0.0, 0.2, 0.45]
 
 
-def test_a_release_on_the_last_step_reaches_the_idle_snapshot(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_release_on_the_last_step_reaches_the_idle_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The step that releases the last call drafts nothing; its idle snapshot must still
     show the release, even when a busy snapshot was just written."""
     proposer, clock, writes = _timed_proposer(tmp_path, monkeypatch, write_cost_s=0.0)

@@ -85,7 +85,7 @@ def _first_divergence(ours: list[dict[str, Any]], ref: list[dict[str, Any]]) -> 
             top = content[at]["top_logprobs"]
             gap = f"{top[0]['logprob'] - top[1]['logprob']:.6f}"
         return (
-            f"turn {turn}, token {at}: agentspec {ids_a[at:at + 3]} vs plain {ids_b[at:at + 3]};"
+            f"turn {turn}, token {at}: agentspec {ids_a[at : at + 3]} vs plain {ids_b[at : at + 3]};"
             f" plain's top-2 log-probability gap there: {gap}"
         )
     return None
@@ -94,7 +94,9 @@ def _first_divergence(ours: list[dict[str, Any]], ref: list[dict[str, Any]]) -> 
 @pytest.mark.timeout(900)
 def test_greedy_output_equals_plain_vllm_over_repair_loops(agentspec_real_server, plain_real_server) -> None:
     with ThreadPoolExecutor(len(TASKS)) as pool:
-        ours = list(pool.map(lambda it: _repair_loop(agentspec_real_server.url, f"real-{it[0]}", it[1]), enumerate(TASKS)))
+        ours = list(
+            pool.map(lambda it: _repair_loop(agentspec_real_server.url, f"real-{it[0]}", it[1]), enumerate(TASKS))
+        )
         ref = list(pool.map(lambda it: _repair_loop(plain_real_server.url, f"real-{it[0]}", it[1]), enumerate(TASKS)))
     for task, a, b in zip(TASKS, ours, ref, strict=True):
         divergence = _first_divergence(a, b)

@@ -105,7 +105,11 @@ def test_serve_pins_the_v1_runner() -> None:
 
 @pytest.mark.parametrize(
     "extra",
-    [[], ["--agentspec-drafter", "org/drafter"], ["--agentspec-drafter", "org/head", "--agentspec-drafter-method", "eagle3"]],
+    [
+        [],
+        ["--agentspec-drafter", "org/drafter"],
+        ["--agentspec-drafter", "org/head", "--agentspec-drafter-method", "eagle3"],
+    ],
     ids=["plain", "draft_model", "eagle3"],
 )
 def test_dry_run_shows_the_pinned_runner(extra: list[str]) -> None:
@@ -159,7 +163,9 @@ def test_gpu_worker_refuses_a_v2_runner(monkeypatch: pytest.MonkeyPatch, hooked_
             self.vllm_config = vllm_config
 
     monkeypatch.setattr(v2, "GPUModelRunner", V2Runner)
-    worker = SimpleNamespace(use_v2_model_runner=True, vllm_config=SimpleNamespace(is_mm_encoder_only=False), device="cpu")
+    worker = SimpleNamespace(
+        use_v2_model_runner=True, vllm_config=SimpleNamespace(is_mm_encoder_only=False), device="cpu"
+    )
     with pytest.raises(plugin.UnsupportedVLLMError) as err:
         hooked_gpu_worker._make_model_runner(worker)
     message = _assert_one_line_refusal(err)
@@ -185,7 +191,9 @@ def test_gpu_worker_refuses_a_drafter_not_agentspecs(monkeypatch: pytest.MonkeyP
 
     def worker(method: str) -> SimpleNamespace:
         spec = SimpleNamespace(method=method)
-        return SimpleNamespace(use_v2_model_runner=False, vllm_config=SimpleNamespace(speculative_config=spec), device="cpu")
+        return SimpleNamespace(
+            use_v2_model_runner=False, vllm_config=SimpleNamespace(speculative_config=spec), device="cpu"
+        )
 
     with pytest.raises(plugin.UnsupportedVLLMError) as err:
         hooked_gpu_worker._make_model_runner(worker("ngram"))

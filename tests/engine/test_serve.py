@@ -58,7 +58,8 @@ def test_other_methods_refused() -> None:
 def test_cli_drafter_runs_vllms_draft_model_method_without_async_scheduling(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{}")
     result = CliRunner().invoke(
-        _app(), ["serve", "m", "--agentspec-drafter", str(tmp_path), "--agentspec-drafter-tokens", "5", "--agentspec-dry-run"]
+        _app(),
+        ["serve", "m", "--agentspec-drafter", str(tmp_path), "--agentspec-drafter-tokens", "5", "--agentspec-dry-run"],
     )
     assert result.exit_code == 0, result.output
     env, *command = shlex.split(result.output)
@@ -73,7 +74,8 @@ def test_cli_drafter_runs_vllms_draft_model_method_without_async_scheduling(tmp_
 @pytest.mark.parametrize("method", ["eagle", "eagle3"])
 def test_cli_drafter_method_runs_vllms_eagle_methods(method: str) -> None:
     result = CliRunner().invoke(
-        _app(), ["serve", "m", "--agentspec-drafter", "org/head", "--agentspec-drafter-method", method, "--agentspec-dry-run"]
+        _app(),
+        ["serve", "m", "--agentspec-drafter", "org/head", "--agentspec-drafter-method", method, "--agentspec-dry-run"],
     )
     assert result.exit_code == 0, result.output
     env, *command = shlex.split(result.output)
@@ -96,7 +98,9 @@ def test_cli_drafter_with_another_vocabulary_is_refused(tmp_path: Path) -> None:
     for folder, vocab in ((target, 4096), (drafter, 32000)):
         folder.mkdir()
         (folder / "config.json").write_text(json.dumps({"vocab_size": vocab}))
-    result = CliRunner().invoke(_app(), ["serve", str(target), "--agentspec-drafter", str(drafter), "--agentspec-dry-run"])
+    result = CliRunner().invoke(
+        _app(), ["serve", str(target), "--agentspec-drafter", str(drafter), "--agentspec-dry-run"]
+    )
     assert result.exit_code == 2
     assert "the draft model's vocabulary (32000 tokens) is not the target's (4096)" in result.output
     same = CliRunner().invoke(_app(), ["serve", str(target), "--agentspec-drafter", str(target), "--agentspec-dry-run"])
@@ -206,51 +210,113 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["m", "--agentspec-bogus", "3"], "no such option: --agentspec-bogus (agentspec's options: --agentspec-drafter,"),
+        (
+            ["m", "--agentspec-bogus", "3"],
+            "no such option: --agentspec-bogus (agentspec's options: --agentspec-drafter,",
+        ),
         (["m", "--agentspec-bogus=3"], "no such option: --agentspec-bogus "),
         (["m", "--no-such-vllm-option", "1"], "vLLM's options: unrecognized arguments: --no-such-vllm-option 1"),
         (["m", "--max-model-len"], "vLLM's options: argument --max-model-len: expected one argument"),
         (["--port", "8000"], "no model: give it first (agentspec serve MODEL ...) or as --model MODEL"),
         (["a", "--model", "b"], "two models: 'a' and --model 'b'"),
         (["m", "--agentspec-speed-model", "tpu:8b"], "speed model 'tpu:8b': expected GPU:MODEL with GPU one of"),
-        (["m", "--agentspec-drafter", "./no/such/drafter"], "--agentspec-drafter: no such model folder: ./no/such/drafter"),
-        (["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-tokens", "0"], "--agentspec-drafter-tokens: Input should be greater than or equal to 1, got 0"),
-        (["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-tokens", "33"],
-         "--agentspec-drafter-tokens 33 is more than the longest draft (32 tokens)"),
-        (["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"method": "suffix"}'],
-         "with --agentspec-drafter the speculative method is draft_model (--agentspec-drafter-method); --speculative-config has 'suffix'"),
-        (["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"model": "other/drafter"}'],
-         "the draft model is --agentspec-drafter's: drop model from --speculative-config"),
-        (["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"num_speculative_tokens": 2}'],
-         "num_speculative_tokens must be at least --agentspec-drafter-tokens (4)"),
-        (["m", "--agentspec-drafter", "org/drafter", "--async-scheduling"],
-         "--agentspec-drafter runs without async scheduling: drop --async-scheduling"),
-        (["m", "--agentspec-exchange", "http://redis:6379"],
-         "--agentspec-exchange: the exchange URL must start with redis://, rediss://, unix://, got 'http://redis:6379'"),
-        (["m", "--agentspec-exchange", "redis://:pw@h/0?max_age_s=-1"],
-         "--agentspec-exchange: exchange URL parameter max_age_s: Input should be greater than 0"),
-        (["m", "--agentspec-exchange", "redis:///0"], "--agentspec-exchange: the exchange URL names no host: 'redis:///0'"),
-        (["m", "--agentspec-exchange", "redis://h", "--agentspec-exchange-dir", "exchange-folder"],
-         "choose one exchange: --agentspec-exchange-dir (one machine) or --agentspec-exchange (Redis)"),
-        (["m", "--agentspec-drafter", "org/drafter", "--agentspec-step-log-dir", "steps"],
-         "--agentspec-step-log-dir logs the index's drafts alone: not with --agentspec-drafter"),
-        (["m", "--speculative-config", '{"method": "draft_model", "model": "d"}'],
-         "--speculative-config has method 'draft_model' (for a model drafter beside the index, use --agentspec-drafter)"),
-        (["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-method", "medusa"],
-         "--agentspec-drafter-method: Input should be 'draft_model', 'eagle' or 'eagle3', got medusa"),
-        (["m", "--agentspec-drafter", "org/head", "--agentspec-drafter-method", "eagle3", "--speculative-config",
-          '{"method": "eagle"}'],
-         "with --agentspec-drafter the speculative method is eagle3 (--agentspec-drafter-method); --speculative-config has 'eagle'"),
-        (["m", "--agentspec-drafter-method", "eagle"],
-         "--agentspec-drafter-method sets up a model drafter: give --agentspec-drafter MODEL with it"),
-        (["m", "--agentspec-drafter-tokens=3"],
-         "--agentspec-drafter-tokens sets up a model drafter: give --agentspec-drafter MODEL with it"),
+        (
+            ["m", "--agentspec-drafter", "./no/such/drafter"],
+            "--agentspec-drafter: no such model folder: ./no/such/drafter",
+        ),
+        (
+            ["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-tokens", "0"],
+            "--agentspec-drafter-tokens: Input should be greater than or equal to 1, got 0",
+        ),
+        (
+            ["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-tokens", "33"],
+            "--agentspec-drafter-tokens 33 is more than the longest draft (32 tokens)",
+        ),
+        (
+            ["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"method": "suffix"}'],
+            "with --agentspec-drafter the speculative method is draft_model (--agentspec-drafter-method); --speculative-config has 'suffix'",
+        ),
+        (
+            ["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"model": "other/drafter"}'],
+            "the draft model is --agentspec-drafter's: drop model from --speculative-config",
+        ),
+        (
+            ["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"num_speculative_tokens": 2}'],
+            "num_speculative_tokens must be at least --agentspec-drafter-tokens (4)",
+        ),
+        (
+            ["m", "--agentspec-drafter", "org/drafter", "--async-scheduling"],
+            "--agentspec-drafter runs without async scheduling: drop --async-scheduling",
+        ),
+        (
+            ["m", "--agentspec-exchange", "http://redis:6379"],
+            "--agentspec-exchange: the exchange URL must start with redis://, rediss://, unix://, got 'http://redis:6379'",
+        ),
+        (
+            ["m", "--agentspec-exchange", "redis://:pw@h/0?max_age_s=-1"],
+            "--agentspec-exchange: exchange URL parameter max_age_s: Input should be greater than 0",
+        ),
+        (
+            ["m", "--agentspec-exchange", "redis:///0"],
+            "--agentspec-exchange: the exchange URL names no host: 'redis:///0'",
+        ),
+        (
+            ["m", "--agentspec-exchange", "redis://h", "--agentspec-exchange-dir", "exchange-folder"],
+            "choose one exchange: --agentspec-exchange-dir (one machine) or --agentspec-exchange (Redis)",
+        ),
+        (
+            ["m", "--agentspec-drafter", "org/drafter", "--agentspec-step-log-dir", "steps"],
+            "--agentspec-step-log-dir logs the index's drafts alone: not with --agentspec-drafter",
+        ),
+        (
+            ["m", "--speculative-config", '{"method": "draft_model", "model": "d"}'],
+            "--speculative-config has method 'draft_model' (for a model drafter beside the index, use --agentspec-drafter)",
+        ),
+        (
+            ["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-method", "medusa"],
+            "--agentspec-drafter-method: Input should be 'draft_model', 'eagle' or 'eagle3', got medusa",
+        ),
+        (
+            [
+                "m",
+                "--agentspec-drafter",
+                "org/head",
+                "--agentspec-drafter-method",
+                "eagle3",
+                "--speculative-config",
+                '{"method": "eagle"}',
+            ],
+            "with --agentspec-drafter the speculative method is eagle3 (--agentspec-drafter-method); --speculative-config has 'eagle'",
+        ),
+        (
+            ["m", "--agentspec-drafter-method", "eagle"],
+            "--agentspec-drafter-method sets up a model drafter: give --agentspec-drafter MODEL with it",
+        ),
+        (
+            ["m", "--agentspec-drafter-tokens=3"],
+            "--agentspec-drafter-tokens sets up a model drafter: give --agentspec-drafter MODEL with it",
+        ),
         # Values the settings refuse, each named by its option (never by its field).
-        (["m", "--agentspec-full-draft-batch", "-3"], "--agentspec-full-draft-batch: Input should be greater than or equal to 1, got -3"),
-        (["m", "--agentspec-full-draft-batch", "many"], "--agentspec-full-draft-batch: Input should be a valid integer"),
-        (["m", "--agentspec-no-draft-batch", "4"], "--agentspec-no-draft-batch must be >= --agentspec-full-draft-batch"),
-        (["m", "--agentspec-publish-interval", "0"], "--agentspec-publish-interval: Input should be greater than 0, got 0"),
-        (["m", "--agentspec-index-config", '{"nope": 1}'], "--agentspec-index-config: nope: Extra inputs are not permitted"),
+        (
+            ["m", "--agentspec-full-draft-batch", "-3"],
+            "--agentspec-full-draft-batch: Input should be greater than or equal to 1, got -3",
+        ),
+        (
+            ["m", "--agentspec-full-draft-batch", "many"],
+            "--agentspec-full-draft-batch: Input should be a valid integer",
+        ),
+        (
+            ["m", "--agentspec-no-draft-batch", "4"],
+            "--agentspec-no-draft-batch must be >= --agentspec-full-draft-batch",
+        ),
+        (
+            ["m", "--agentspec-publish-interval", "0"],
+            "--agentspec-publish-interval: Input should be greater than 0, got 0",
+        ),
+        (
+            ["m", "--agentspec-index-config", '{"nope": 1}'],
+            "--agentspec-index-config: nope: Extra inputs are not permitted",
+        ),
         (["m", "--agentspec-index-config", "{nope"], "--agentspec-index-config: not valid JSON"),
         (["m", "--agentspec-replica-id", ""], "--agentspec-replica-id: String should have at least 1 character"),
     ],
@@ -346,17 +412,26 @@ def test_serve_help_lists_one_option_per_setting() -> None:
 
 def test_every_setting_reaches_the_server_from_its_option(tmp_path: Path) -> None:
     args = [
-        "serve", "m", "--agentspec-dry-run",
-        "--agentspec-publish-interval", "0.5",
-        "--agentspec-exchange-interval", "2",
-        "--agentspec-exchange-step-budget", "0.02",
-        "--agentspec-index-config", '{"max_sessions": 1000}',
-        "--agentspec-max-seeds", "3",
+        "serve",
+        "m",
+        "--agentspec-dry-run",
+        "--agentspec-publish-interval",
+        "0.5",
+        "--agentspec-exchange-interval",
+        "2",
+        "--agentspec-exchange-step-budget",
+        "0.02",
+        "--agentspec-index-config",
+        '{"max_sessions": 1000}',
+        "--agentspec-max-seeds",
+        "3",
         "--agentspec-share-across-tenants",
     ]
     result = CliRunner().invoke(_app(), args)
     assert result.exit_code == 0, result.output
-    settings = EngineSettings.model_validate_json(shlex.split(result.output)[0].split("=", 1)[1].replace('"***"', "null"))
+    settings = EngineSettings.model_validate_json(
+        shlex.split(result.output)[0].split("=", 1)[1].replace('"***"', "null")
+    )
     assert settings.publish_interval_s == 0.5 and settings.exchange_interval_s == 2.0
     assert settings.exchange_step_budget_s == 0.02 and settings.max_seeds_per_request == 3
     assert settings.index.max_sessions == 1000 and settings.share_across_tenants

@@ -183,7 +183,10 @@ def test_the_vllm_surface_the_catch_up_reads() -> None:
     assert "self.num_prompt_tokens = " in inspect.getsource(CachedRequestState.__post_init__)
     # The finished requests' records are dropped by _update_states itself (after the hook).
     update = inspect.getsource(inspect.unwrap(GPUModelRunner._update_states))
-    assert "for req_id in scheduler_output.finished_req_ids:\n            req_state = self.requests.pop(req_id, None)" in update
+    assert (
+        "for req_id in scheduler_output.finished_req_ids:\n            req_state = self.requests.pop(req_id, None)"
+        in update
+    )
 
 
 # ---------------------------------------------------------------------- a real server
@@ -214,7 +217,9 @@ def test_a_request_near_max_model_len_leaves_the_index_complete(agentspec_server
     run(long_sid, long_prompt, 64)
     short.join(timeout=300)
     assert not short.is_alive()
-    assert results[long_sid]["usage"]["prompt_tokens"] + results[long_sid]["usage"]["completion_tokens"] == MAX_MODEL_LEN
+    assert (
+        results[long_sid]["usage"]["prompt_tokens"] + results[long_sid]["usage"]["completion_tokens"] == MAX_MODEL_LEN
+    )
     for sid, prompt in ((long_sid, long_prompt), (short_sid, short_prompt)):
         expected = len(prompt) + results[sid]["usage"]["completion_tokens"]
         stats = wait_for(

@@ -101,9 +101,7 @@ def test_parallel_config_and_distributed_helpers() -> None:
     from vllm.distributed.parallel_state import GroupCoordinator
 
     assert {"parallel_config", "speculative_config", "model_config"} <= _dataclass_fields(VllmConfig)
-    assert {"tensor_parallel_size", "pipeline_parallel_size", "data_parallel_rank"} <= _dataclass_fields(
-        ParallelConfig
-    )
+    assert {"tensor_parallel_size", "pipeline_parallel_size", "data_parallel_rank"} <= _dataclass_fields(ParallelConfig)
     for func in (get_pp_group, get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size):
         assert _params(func) == [], func.__name__
     assert _set_in_init(GroupCoordinator, "world_size")
@@ -286,8 +284,7 @@ def _async_default_disabled_for(method: str) -> bool:
     branch = next(
         node
         for node in ast.walk(tree)
-        if isinstance(node, ast.If)
-        and ast.unparse(node.test) == "self.scheduler_config.async_scheduling is None"
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "self.scheduler_config.async_scheduling is None"
     )
     # The elif chain under it: the branch whose test reads the speculative method.
     node = branch.body[0]
@@ -296,7 +293,11 @@ def _async_default_disabled_for(method: str) -> bool:
     assert isinstance(node, ast.If), "vLLM's async default no longer depends on the speculative method"
     spec = SimpleNamespace(method=method, disable_padded_drafter_batch=False)
     this = SimpleNamespace(speculative_config=spec)
-    return bool(eval(compile(ast.Expression(node.test), "<vllm async default>", "eval"), vars(vllm_config_module), {"self": this}))
+    return bool(
+        eval(
+            compile(ast.Expression(node.test), "<vllm async default>", "eval"), vars(vllm_config_module), {"self": this}
+        )
+    )
 
 
 def test_async_scheduling_defaults_on_for_the_hybrids_methods() -> None:
@@ -336,6 +337,8 @@ def test_full_cudagraph_sizes_for_serves_draft_length() -> None:
     config.adjust_cudagraph_sizes_for_spec_decode(k + 1)
     assert config.cudagraph_capture_sizes == [33 * n for n in range(1, 16)]
     # With the ceiling at 32 requests' worth (1056 tokens), they cover 32.
-    config = CompilationConfig(cudagraph_capture_sizes=[*grid, *range(528, 1057, 16), 1056], max_cudagraph_capture_size=1056)
+    config = CompilationConfig(
+        cudagraph_capture_sizes=[*grid, *range(528, 1057, 16), 1056], max_cudagraph_capture_size=1056
+    )
     config.adjust_cudagraph_sizes_for_spec_decode(k + 1)
     assert max(config.cudagraph_capture_sizes) == 33 * 32

@@ -26,14 +26,10 @@ def test_by_hand() -> None:
     assert ints.tolist() == [5, 7, 7]  # a request without tokens contributes none
 
 
-@given(
-    st.lists(st.tuples(st.floats(0.1, 4.0), st.integers(0, 5)), min_size=1, max_size=12)
-)
+@given(st.lists(st.tuples(st.floats(0.1, 4.0), st.integers(0, 5)), min_size=1, max_size=12))
 def test_matches_numpy_repeat(rows: list[tuple[float, int]]) -> None:
     values = np.array([v for v, _ in rows], dtype=np.float32)
     counts = np.array([n for _, n in rows])
-    out = expand_batch_to_tokens(
-        torch.from_numpy(values), torch.from_numpy(np.cumsum(counts)), int(counts.sum())
-    )
+    out = expand_batch_to_tokens(torch.from_numpy(values), torch.from_numpy(np.cumsum(counts)), int(counts.sum()))
     assert out.dtype == torch.float32
     np.testing.assert_array_equal(out.numpy(), np.repeat(values, counts))

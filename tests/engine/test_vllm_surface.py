@@ -163,7 +163,9 @@ def fake_tree(tmp_path: Path) -> vllm_surface.Sources:
         ("env", "vllm.envs:VLLM_GONE", False),
     ],
 )
-def test_static_check_by_kind(fake_tree: vllm_surface.Sources, kind: vllm_surface.Kind, path: str, present: bool) -> None:
+def test_static_check_by_kind(
+    fake_tree: vllm_surface.Sources, kind: vllm_surface.Kind, path: str, present: bool
+) -> None:
     missing = check_sources(fake_tree, [Part("k", (path,), kind, "tests")])
     assert missing == ({} if present else {"k": f"none of {path} ({kind})"})
 
@@ -259,4 +261,9 @@ def test_runner_calls_propose_as_the_override_accepts(which: str) -> None:
     )
     assert call is not None, "the runner's suffix branch no longer calls self.drafter.propose"
     args = [a.strip() for a in call.group(1).split(",") if a.strip()]
-    assert args == ["num_spec_tokens_to_schedule", "self.input_batch", "sampled_token_ids", "slot_mappings=slot_mappings"]
+    assert args == [
+        "num_spec_tokens_to_schedule",
+        "self.input_batch",
+        "sampled_token_ids",
+        "slot_mappings=slot_mappings",
+    ]

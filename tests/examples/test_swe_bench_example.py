@@ -103,9 +103,7 @@ def _repo(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_commands_get_no_inherited_environment(
-    isolation: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_commands_get_no_inherited_environment(isolation: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
     result = harness.run_command("env", _repo(tmp_path), timeout_s=30, limit=10_000, isolation=isolation)

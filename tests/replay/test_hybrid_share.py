@@ -76,7 +76,9 @@ def test_steps_are_the_plain_replays_and_drafts_unchanged(workloads: dict, sourc
 
 def test_nothing_to_draft_from_is_all_no_draft(make_call) -> None:
     # Every token new: the index never has a draft.
-    calls = [make_call(f"t{i}", 0, [1000 * i + 1, 1000 * i + 2], list(range(1000 * i + 10, 1000 * i + 30))) for i in range(3)]
+    calls = [
+        make_call(f"t{i}", 0, [1000 * i + 1, 1000 * i + 2], list(range(1000 * i + 10, 1000 * i + 30))) for i in range(3)
+    ]
     c = share.replay_share("toy", [[call] for call in calls])
     assert c.steps == c.output_tokens == 3 * 20
     assert c.drafting_steps == c.no_draft_steps == 3 * 19  # the prefill steps draft nothing
@@ -156,9 +158,7 @@ def check_share_json(doc: dict, sources: tuple[str, ...]) -> dict:
     return shares
 
 
-def test_bench_prints_the_hybrid_share_and_writes_it_to_json(
-    app: typer.Typer, cache_dir: Path, tmp_path: Path
-) -> None:
+def test_bench_prints_the_hybrid_share_and_writes_it_to_json(app: typer.Typer, cache_dir: Path, tmp_path: Path) -> None:
     out_json = tmp_path / "r.json"
     output = run_bench(
         app,

@@ -131,7 +131,11 @@ def _bundled_bytes() -> bytes:
         (lambda p: p.write_bytes(_bundled_bytes()[:2000]), [], "(a truncated or corrupt file?)"),
         (lambda p: p.write_bytes(b""), [], "holds no trajectories"),
         (lambda p: p.write_bytes(_bundled_bytes()), ["--sources", "nope"], "nope"),
-        (lambda p: p.write_bytes(_bundled_bytes()), ["--baseline", "nope"], "baseline 'nope' is not among the proposers run"),
+        (
+            lambda p: p.write_bytes(_bundled_bytes()),
+            ["--baseline", "nope"],
+            "baseline 'nope' is not among the proposers run",
+        ),
     ],
     ids=["truncated gzip", "empty file", "unknown source", "unknown baseline"],
 )

@@ -162,7 +162,9 @@ def test_routing_pins_as_stated() -> None:
 
 def test_client_routing_pins_groups_as_the_client_does_and_bounds_load() -> None:
     # 12 groups of 4 trajectories (2 calls each), all in flight at once on 4 replicas.
-    trajectories = [[_spec(f"g{g}t{t}", j, f"g{g}t{t}", f"g{g}") for j in range(2)] for g in range(12) for t in range(4)]
+    trajectories = [
+        [_spec(f"g{g}t{t}", j, f"g{g}t{t}", f"g{g}") for j in range(2)] for g in range(12) for t in range(4)
+    ]
     counts = {c.trajectory_id: 2 for traj in trajectories for c in traj}
     router = ClientRouting(4, counts)
     where: dict[str, set[int]] = {}
@@ -192,9 +194,7 @@ def test_replicas_keep_state_per_server(make_call) -> None:
     (res,) = replay_workloads(pinned, {"toy": wl})
     assert res.tallies["oracle"].steps < 40 + 40  # b drafts from a's output
     # Sessions on different replicas (the two session ids hash apart for 64 replicas).
-    by_session = ReplayConfig(
-        proposers=("oracle",), replicas=64, default_routing=Routing.SESSION, concurrency=1
-    )
+    by_session = ReplayConfig(proposers=("oracle",), replicas=64, default_routing=Routing.SESSION, concurrency=1)
     assert route(wl[0][0].spec, Routing.SESSION, 64) != route(wl[1][0].spec, Routing.SESSION, 64)
     (res2,) = replay_workloads(by_session, {"toy": wl})
     assert res2.tallies["oracle"].steps == 80
@@ -351,7 +351,11 @@ def test_lockstep_at_concurrency_one_is_the_sequential_replay(make_call, rng) ->
     for name in config.proposers:
         a, b = seq.tallies[name], lock.tallies[name]
         assert (a.calls, a.steps, a.drafted_tokens, a.accepted_tokens, a.outcomes) == (
-            b.calls, b.steps, b.drafted_tokens, b.accepted_tokens, b.outcomes
+            b.calls,
+            b.steps,
+            b.drafted_tokens,
+            b.accepted_tokens,
+            b.outcomes,
         ), name
 
 

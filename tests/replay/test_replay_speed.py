@@ -65,8 +65,10 @@ def test_the_model_budget_row_is_the_servers_choice_of_cap_and_cut(result: Repla
     record = result.record("agentspec")
     outcomes = DraftOutcomes.of(record.draft_outcomes)
     by_cut = {float(cut): DraftOutcomes.of(rows) for cut, rows in record.draft_outcomes_by_cut.items()}
-    drafter_s = {d: (record.index_us_per_call * record.calls / record.steps + d * record.propose_us_per_step) / 1e6
-                 for d in (True, False)}
+    drafter_s = {
+        d: (record.index_us_per_call * record.calls / record.steps + d * record.propose_us_per_step) / 1e6
+        for d in (True, False)
+    }
     for c in CONCURRENCIES:
         batch = model.batch_for(c, record.context_tokens_per_step)
         limits = fastest_limits(model, batch, record.context_tokens_per_step, by_cut, drafter_s, outcomes.longest)

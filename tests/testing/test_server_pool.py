@@ -214,7 +214,7 @@ def test_servers_get_cores_of_their_own_in_turn() -> None:
     assert core_slices([3]) == ["3"]
 
 
-BROKEN_CONFTEST = '''
+BROKEN_CONFTEST = """
 from agentspec.testing.pytest_plugin import server_fixture
 from agentspec.testing.server_kinds import ServerKind
 
@@ -222,7 +222,7 @@ pytest_plugins = ["agentspec.testing.pytest_plugin"]
 
 # 4 KiB of KV cache: not even one sequence fits, vLLM refuses to start.
 broken_server = server_fixture(ServerKind("broken", "cannot start", None, kv_cache_bytes=4096))
-'''
+"""
 
 BROKEN_TESTS = """
 def test_first_user(broken_server):

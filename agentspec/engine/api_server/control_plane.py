@@ -86,7 +86,9 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ statistics
 
-    async def session_stats(self, scope: Scope, receive: Receive, send: Send, caller: Caller, match: re.Match[str]) -> None:
+    async def session_stats(
+        self, scope: Scope, receive: Receive, send: Send, caller: Caller, match: re.Match[str]
+    ) -> None:
         """``GET /agentspec/v1/sessions/{id}``: one of the caller's tenant's sessions; another
         tenant's is not found."""
         session_id = match.group("session_id")
@@ -213,7 +215,9 @@ def _exact(path: str) -> re.Pattern[str]:
 
 #: agentspec's routes, matched in order.
 ROUTES: tuple[Route, ...] = (
-    Route("GET", re.compile("^" + re.escape(wire.SESSION_STATS_PATH) + "(?P<session_id>.+)$"), ControlPlane.session_stats),
+    Route(
+        "GET", re.compile("^" + re.escape(wire.SESSION_STATS_PATH) + "(?P<session_id>.+)$"), ControlPlane.session_stats
+    ),
     Route("GET", _exact(wire.SERVER_STATS_PATH), ControlPlane.summary),
     Route("POST", _exact(wire.SEEDS_PATH), ControlPlane.seed_only),
     Route("POST", _exact(wire.POLICY_PATH), ControlPlane.policy),

@@ -115,6 +115,7 @@ _PATHS = ("suffix", "model", "none")
 def _per_path(suffix: str) -> Callable[..., Any]:
     return lambda snap: [((p,), snap.get("engine", {}).get(f"{p}_{suffix}", 0)) for p in _PATHS]
 
+
 #: Every agentspec series, in the order ``/metrics`` shows them.
 SERIES: tuple[Series, ...] = (
     # Drafting, by the index level a draft came from (call, session, group, global).
@@ -321,7 +322,9 @@ class MultiprocessFiles:
                                 continue  # the collector derives it from the buckets
                             if sample.name.endswith("_bucket"):
                                 sample = sample._replace(value=_bucket_share(metric, sample))
-                        key = mmap_key(metric.name, sample.name, list(labels), list(labels.values()), metric.documentation)
+                        key = mmap_key(
+                            metric.name, sample.name, list(labels), list(labels.values()), metric.documentation
+                        )
                         values.write_value(key, sample.value, 0.0)
             finally:
                 values.close()

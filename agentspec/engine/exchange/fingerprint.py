@@ -57,7 +57,9 @@ def model_fingerprint(model_config: Any) -> str:
     except Exception as exc:  # noqa: BLE001 - a fingerprint is never worth failing the engine
         logger.warning(
             "agentspec exchange: cannot fingerprint the tokenizer (%s); exchanging only with"
-            " replicas that cannot either (fingerprint %s)", exc, base,
+            " replicas that cannot either (fingerprint %s)",
+            exc,
+            base,
         )
         return base
 

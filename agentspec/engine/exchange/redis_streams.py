@@ -99,7 +99,8 @@ class _Link:
                 self._on_outage()
                 logger.warning(
                     "agentspec exchange: Redis at %s unreachable (%s); drafting from local text, retrying",
-                    self.where, exc,
+                    self.where,
+                    exc,
                 )
             self._delay[side] = min(5.0, max(0.2, self._delay[side] * 2))
             return self._delay[side]
@@ -111,7 +112,8 @@ class _Link:
             if self._down_since is not None and self.up:
                 logger.warning(
                     "agentspec exchange: Redis at %s is back after %.1f s",
-                    self.where, time.monotonic() - self._down_since,
+                    self.where,
+                    time.monotonic() - self._down_since,
                 )
                 self._down_since = None
 
@@ -306,7 +308,9 @@ class RedisExchange:
                 if resume:
                     self._last_id = self._start_id()
                     resume = False
-                reply = self._client.xread({self.stream: self._last_id}, count=self.batch, block=int(self.block_s * 1000))
+                reply = self._client.xread(
+                    {self.stream: self._last_id}, count=self.batch, block=int(self.block_s * 1000)
+                )
             except self._errors as exc:
                 resume = True
                 self._stop.wait(self._link.failed("reader", exc))

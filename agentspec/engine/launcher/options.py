@@ -94,7 +94,9 @@ def settings_data(options: list[SettingOption], values: Mapping[str, Any]) -> di
             continue
         if len(option.path) > 1 and not _group_required_given(options, option, given):
             required = next(o for o in options if o.path[:-1] == option.path[:-1] and o.required)
-            raise OptionError(f"{option.flag} sets up {_group_name(option)}: give {required.flag} {required.metavar} with it")
+            raise OptionError(
+                f"{option.flag} sets up {_group_name(option)}: give {required.flag} {required.metavar} with it"
+            )
         if option.is_json:
             try:
                 value = json.loads(value)

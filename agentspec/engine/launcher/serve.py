@@ -122,9 +122,7 @@ def _merge_hybrid_spec(base: dict[str, Any], given: str, drafter: DrafterSetting
         raise ValueError("the draft model is --agentspec-drafter's: drop model from --speculative-config")
     merged = {**base, **own}
     if not isinstance(merged["num_speculative_tokens"], int) or merged["num_speculative_tokens"] < drafter.num_tokens:
-        raise ValueError(
-            f"num_speculative_tokens must be at least --agentspec-drafter-tokens ({drafter.num_tokens})"
-        )
+        raise ValueError(f"num_speculative_tokens must be at least --agentspec-drafter-tokens ({drafter.num_tokens})")
     return merged
 
 
@@ -304,10 +302,14 @@ def _serve_signature() -> inspect.Signature:
         else:
             # The default is the field's, shown as such; only values typed on the command
             # line reach the settings (launch_settings), so the field's default applies.
-            info = typer.Option(option.flag, help=option.help, metavar=option.metavar, show_default=option.default is not None)
+            info = typer.Option(
+                option.flag, help=option.help, metavar=option.metavar, show_default=option.default is not None
+            )
             annotation = Annotated[str | None, info]
             default = option.default
-        params.append(inspect.Parameter(option.param, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+        params.append(
+            inspect.Parameter(option.param, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+        )
     dry_run = typer.Option(
         "--agentspec-dry-run",
         help="Print the vLLM command and environment (secrets shown as ***), don't run.",

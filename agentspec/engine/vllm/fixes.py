@@ -48,9 +48,7 @@ def _cpu_expand_is_broken() -> bool:
     from vllm.utils import cpu_triton_utils
 
     out = torch.full((3,), -1.0)
-    cpu_triton_utils._expand_kernel_impl(
-        out, torch.tensor([2.0, 3.0]), torch.tensor([1, 3], dtype=torch.int32), 0, 1
-    )
+    cpu_triton_utils._expand_kernel_impl(out, torch.tensor([2.0, 3.0]), torch.tensor([1, 3], dtype=torch.int32), 0, 1)
     return not torch.equal(out, torch.tensor([2.0, 3.0, 3.0]))
 
 
@@ -68,7 +66,5 @@ def apply() -> bool:
     from vllm.v1.sample import rejection_sampler
 
     rejection_sampler.expand_batch_to_tokens = expand_batch_to_tokens
-    logger.info(
-        "agentspec: replaced vLLM's CPU expand_batch_to_tokens (it left sampling temperatures unset)"
-    )
+    logger.info("agentspec: replaced vLLM's CPU expand_batch_to_tokens (it left sampling temperatures unset)")
     return True

@@ -158,7 +158,9 @@ def patch_runner(module: ModuleType) -> None:
         return result
 
     @functools.wraps(original_propose)  # type: ignore[arg-type]
-    def propose_draft_token_ids(self: Any, scheduler_output: Any, sampled_token_ids: Any, *args: Any, **kwargs: Any) -> Any:
+    def propose_draft_token_ids(
+        self: Any, scheduler_output: Any, sampled_token_ids: Any, *args: Any, **kwargs: Any
+    ) -> Any:
         drafter = getattr(self, "drafter", None)
         if isinstance(drafter, HybridDrafting):
             drafter.take_step(self.input_batch, _valid_sampled(self, sampled_token_ids))

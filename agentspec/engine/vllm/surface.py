@@ -106,15 +106,35 @@ SURFACE: tuple[Part, ...] = (
     ),
     # The workers that build the runner: checked after they build it (engine.vllm.workers).
     _p("gpu_worker_module", "module", "engine.vllm.workers", "vllm.v1.worker.gpu_worker"),
-    _p("gpu_worker._make_model_runner", "member", "engine.vllm.workers", "vllm.v1.worker.gpu_worker:Worker._make_model_runner"),
+    _p(
+        "gpu_worker._make_model_runner",
+        "member",
+        "engine.vllm.workers",
+        "vllm.v1.worker.gpu_worker:Worker._make_model_runner",
+    ),
     _p("cpu_worker_module", "module", "engine.vllm.workers", "vllm.v1.worker.cpu_worker"),
     _p("cpu_worker.init_device", "member", "engine.vllm.workers", "vllm.v1.worker.cpu_worker:CPUWorker.init_device"),
-    _p("cpu_worker.model_runner", "init_attr", "engine.vllm.workers", "vllm.v1.worker.cpu_worker:CPUWorker.model_runner"),
+    _p(
+        "cpu_worker.model_runner",
+        "init_attr",
+        "engine.vllm.workers",
+        "vllm.v1.worker.cpu_worker:CPUWorker.model_runner",
+    ),
     _p("v2_runner_env", "env", "engine.vllm.plugin", "vllm.envs:VLLM_USE_V2_MODEL_RUNNER"),
     _p("use_v2_model_runner", "member", "engine.vllm.workers", "vllm.config.vllm:VllmConfig.use_v2_model_runner"),
     # What the runner hands the plugin and the proposers each step.
-    _p("SchedulerOutput.finished_req_ids", "member", _PLUGIN, "vllm.v1.core.sched.output:SchedulerOutput.finished_req_ids"),
-    _p("SchedulerOutput.scheduled_new_reqs", "member", _PLUGIN, "vllm.v1.core.sched.output:SchedulerOutput.scheduled_new_reqs"),
+    _p(
+        "SchedulerOutput.finished_req_ids",
+        "member",
+        _PLUGIN,
+        "vllm.v1.core.sched.output:SchedulerOutput.finished_req_ids",
+    ),
+    _p(
+        "SchedulerOutput.scheduled_new_reqs",
+        "member",
+        _PLUGIN,
+        "vllm.v1.core.sched.output:SchedulerOutput.scheduled_new_reqs",
+    ),
     _p("NewRequestData.req_id", "member", _PLUGIN, "vllm.v1.core.sched.output:NewRequestData.req_id"),
     _p("NewRequestData.sampling_params", "member", _PLUGIN, "vllm.v1.core.sched.output:NewRequestData.sampling_params"),
     _p("CachedRequestState.num_prompt_tokens", "init_attr", _PLUGIN, f"{_BATCH}:CachedRequestState.num_prompt_tokens"),
@@ -129,7 +149,12 @@ SURFACE: tuple[Part, ...] = (
         _p(f"SamplingParams.{attr}", "member", _PROPOSER, f"vllm.sampling_params:SamplingParams.{attr}")
         for attr in ("extra_args", "max_tokens", "eos_token_id", "stop_token_ids")
     ),
-    _p("RejectionSampler.parse_output", "member", _PLUGIN, "vllm.v1.sample.rejection_sampler:RejectionSampler.parse_output"),
+    _p(
+        "RejectionSampler.parse_output",
+        "member",
+        _PLUGIN,
+        "vllm.v1.sample.rejection_sampler:RejectionSampler.parse_output",
+    ),
     # Configuration the plugin and proposers read.
     _p("VllmConfig", "name", _PROPOSER, "vllm.config.vllm:VllmConfig"),
     *(
@@ -161,31 +186,54 @@ SURFACE: tuple[Part, ...] = (
         _p(name, "name", _PLUGIN, f"vllm.distributed:{name}")
         for name in ("get_tensor_model_parallel_rank", "get_tensor_model_parallel_world_size", "get_pp_group")
     ),
-    _p("GroupCoordinator.world_size", "init_attr", _PLUGIN, "vllm.distributed.parallel_state:GroupCoordinator.world_size"),
+    _p(
+        "GroupCoordinator.world_size",
+        "init_attr",
+        _PLUGIN,
+        "vllm.distributed.parallel_state:GroupCoordinator.world_size",
+    ),
     # The proposers agentspec's subclass.
     _p("SuffixDecodingProposer", "name", _PROPOSER, "vllm.v1.spec_decode.suffix_decoding:SuffixDecodingProposer"),
-    _p("SuffixDecodingProposer.propose", "member", _PROPOSER, "vllm.v1.spec_decode.suffix_decoding:SuffixDecodingProposer.propose"),
+    _p(
+        "SuffixDecodingProposer.propose",
+        "member",
+        _PROPOSER,
+        "vllm.v1.spec_decode.suffix_decoding:SuffixDecodingProposer.propose",
+    ),
     _p("DraftModelProposer", "name", _HYBRID, "vllm.v1.spec_decode.draft_model:DraftModelProposer"),
     _p("EagleProposer", "name", _HYBRID, "vllm.v1.spec_decode.eagle:EagleProposer"),
     _p("SpecDecodeBaseProposer", "name", _HYBRID, "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer"),
-    _p("SpecDecodeBaseProposer.propose", "member", _HYBRID, "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.propose"),
     _p(
-        "SpecDecodeBaseProposer._last_draft_probs", "init_attr", "engine.vllm.proposers",
+        "SpecDecodeBaseProposer.propose",
+        "member",
+        _HYBRID,
+        "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.propose",
+    ),
+    _p(
+        "SpecDecodeBaseProposer._last_draft_probs",
+        "init_attr",
+        "engine.vllm.proposers",
         "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer._last_draft_probs",
     ),
     # The CPU backend's rejection-sampler fix (engine.vllm.fixes).
     _p("current_platform", "name", "engine.vllm.fixes", "vllm.platforms:current_platform"),
     _p("cpu_expand_kernel", "name", "engine.vllm.fixes", "vllm.utils.cpu_triton_utils:_expand_kernel_impl"),
-    _p("expand_batch_to_tokens", "name", "engine.vllm.fixes", "vllm.v1.sample.rejection_sampler:expand_batch_to_tokens"),
+    _p(
+        "expand_batch_to_tokens", "name", "engine.vllm.fixes", "vllm.v1.sample.rejection_sampler:expand_batch_to_tokens"
+    ),
     # The launcher and the options' parser (engine.vllm.launch, engine.vllm.args).
     _p("ServeSubcommand", "name", "engine.vllm.launch", "vllm.entrypoints.cli.serve:ServeSubcommand"),
     _p(
-        "make_arg_parser", "name", "engine.vllm.launch",
+        "make_arg_parser",
+        "name",
+        "engine.vllm.launch",
         "vllm.entrypoints.common.cli_args:make_arg_parser",  # 0.33
         "vllm.entrypoints.launchers.cli_args:make_arg_parser",  # 0.32
     ),
     _p(
-        "cli_env_setup", "name", "engine.vllm.launch",
+        "cli_env_setup",
+        "name",
+        "engine.vllm.launch",
         "vllm.entrypoints.common.startup:cli_env_setup",  # 0.33
         "vllm.entrypoints.serve.utils.api_utils:cli_env_setup",  # 0.32
     ),
@@ -194,16 +242,35 @@ SURFACE: tuple[Part, ...] = (
     _p("EngineArgs.model", "member", "engine.vllm.args", "vllm.engine.arg_utils:EngineArgs.model"),
     # The API server: vLLM authenticates before agentspec reads a request (engine.api_server.auth).
     _p("api_key_env", "env", "engine.api_server.auth", "vllm.envs:VLLM_API_KEY"),
-    _p("AuthenticationMiddleware", "name", "engine.api_server.auth", "vllm.entrypoints.serve.middleware.authenticate:AuthenticationMiddleware"),
     _p(
-        "AuthenticationMiddleware.verify_token", "member", "engine.api_server.auth",
+        "AuthenticationMiddleware",
+        "name",
+        "engine.api_server.auth",
+        "vllm.entrypoints.serve.middleware.authenticate:AuthenticationMiddleware",
+    ),
+    _p(
+        "AuthenticationMiddleware.verify_token",
+        "member",
+        "engine.api_server.auth",
         "vllm.entrypoints.serve.middleware.authenticate:AuthenticationMiddleware.verify_token",
     ),
-    _p("GUARDED_PREFIX", "name", "engine.api_server.auth", "vllm.entrypoints.serve.middleware.authenticate:GUARDED_PREFIX"),
-    _p("cached_tokenizer_from_config", "name", "engine.exchange.fingerprint", "vllm.tokenizers:cached_tokenizer_from_config"),
+    _p(
+        "GUARDED_PREFIX",
+        "name",
+        "engine.api_server.auth",
+        "vllm.entrypoints.serve.middleware.authenticate:GUARDED_PREFIX",
+    ),
+    _p(
+        "cached_tokenizer_from_config",
+        "name",
+        "engine.exchange.fingerprint",
+        "vllm.tokenizers:cached_tokenizer_from_config",
+    ),
     # The replay's n-gram baseline (replay.ngram): vLLM's own function where installed.
     _p(
-        "ngram_propose", "name", "replay.ngram",
+        "ngram_propose",
+        "name",
+        "replay.ngram",
         "vllm.v1.spec_decode.ngram_proposer:_find_longest_matched_ngram_and_propose_tokens",
     ),
 )
@@ -336,7 +403,9 @@ def sources_of_directory(root: str | Path) -> Sources:
 def sources_of_wheel(wheel: str | Path) -> Sources:
     """The sources in a vLLM wheel (``pip download --no-deps vllm==X``), not unpacked."""
     archive = zipfile.ZipFile(wheel)
-    return _sources((member, lambda member=member: archive.read(member).decode("utf-8")) for member in archive.namelist())
+    return _sources(
+        (member, lambda member=member: archive.read(member).decode("utf-8")) for member in archive.namelist()
+    )
 
 
 def _star_modules(tree: ast.Module, module: str, is_package: bool) -> list[str]:
@@ -367,7 +436,12 @@ def _binds(body: list[ast.stmt], name: str) -> bool:
             if any((a.asname or a.name.split(".")[0]) == name for a in node.names):
                 return True
         if isinstance(node, (ast.If, ast.Try)):  # names bound under TYPE_CHECKING-free guards
-            nested = [*node.body, *node.orelse, *getattr(node, "finalbody", []), *(s for h in getattr(node, "handlers", []) for s in h.body)]
+            nested = [
+                *node.body,
+                *node.orelse,
+                *getattr(node, "finalbody", []),
+                *(s for h in getattr(node, "handlers", []) for s in h.body),
+            ]
             if _binds(nested, name):
                 return True
     return False
@@ -398,7 +472,13 @@ def _sets_on_self(cls: ast.ClassDef, attr: str) -> bool:
     for method in cls.body:
         if isinstance(method, ast.FunctionDef):
             for node in ast.walk(method):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+                targets = (
+                    node.targets
+                    if isinstance(node, ast.Assign)
+                    else [node.target]
+                    if isinstance(node, ast.AnnAssign)
+                    else []
+                )
                 for target in targets:
                     if (
                         isinstance(target, ast.Attribute)
@@ -418,9 +498,7 @@ def _path_present(sources: Sources, kind: Kind, path: str) -> bool:
         return len(qual) == 1 and _top_level(sources, module, qual[0])
     if kind == "env":
         tree = sources.tree(module)
-        return tree is not None and any(
-            isinstance(n, ast.Constant) and n.value == qual[0] for n in ast.walk(tree)
-        )
+        return tree is not None and any(isinstance(n, ast.Constant) and n.value == qual[0] for n in ast.walk(tree))
     if len(qual) != 2:
         return False
     cls = _class(sources, module, qual[0])

@@ -134,7 +134,9 @@ class SessionDrafting:
             # Caps from a speed model of this engine (agentspec.draft_budget.speed_budget).
             budget = SpeedBudget(parse_speed_model(self.settings.speed_model), spec.num_speculative_tokens)
         else:
-            budget = BatchBudget(spec.num_speculative_tokens, self.settings.full_draft_batch, self.settings.no_draft_batch)
+            budget = BatchBudget(
+                spec.num_speculative_tokens, self.settings.full_draft_batch, self.settings.no_draft_batch
+            )
         self.driver = RequestDriver(self.index, budget)
         self._writer: SnapshotWriter | None = None
         self._dirty = False
@@ -196,14 +198,18 @@ class SessionDrafting:
                         model=self.model_fingerprint,
                     )
                 except ImportError as exc:  # agentspec serve checks this; a plain vLLM start may not
-                    logger.error("agentspec: corpus exchange through %s is off: %s", where, missing_message("redis") or exc)
+                    logger.error(
+                        "agentspec: corpus exchange through %s is off: %s", where, missing_message("redis") or exc
+                    )
                     return
                 if self._exchange is not None:
                     # Sends what is still queued when the engine's process exits (bounded).
                     close_at_exit(self, self._exchange)
                 logger.info(
                     "agentspec: exchanging outputs through %s as replica %s (model %s)",
-                    where, replica, self.model_fingerprint,
+                    where,
+                    replica,
+                    self.model_fingerprint,
                 )
 
     def close_exchange(self, timeout: float = 2.0) -> None:

@@ -75,9 +75,7 @@ class HybridDrafting(SessionDrafting):
     #: The draft model's passes hold collectives: every rank must run as many.
     ranks_must_agree = True
 
-    def _init_hybrid(
-        self, vllm_config: VllmConfig, settings: EngineSettings | None
-    ) -> None:
+    def _init_hybrid(self, vllm_config: VllmConfig, settings: EngineSettings | None) -> None:
         self._init_session_drafting(vllm_config, settings)
         drafter = self.settings.drafter
         if drafter is None:
@@ -85,9 +83,7 @@ class HybridDrafting(SessionDrafting):
                 f"agentspec runs vLLM's {vllm_config.speculative_config.method} method only for"  # type: ignore[union-attr]
                 " hybrid drafting: start the server with agentspec serve --agentspec-drafter MODEL"
             )
-        self.max_draft_tokens: int = (
-            vllm_config.speculative_config.num_speculative_tokens
-        )  # type: ignore[union-attr]
+        self.max_draft_tokens: int = vllm_config.speculative_config.num_speculative_tokens  # type: ignore[union-attr]
         self.model_draft_tokens = min(drafter.num_tokens, self.max_draft_tokens)
         self.model_estimate = ModelDrafterEstimate()
         # Handed over by the plugin before each propose: (input batch, sampled tokens per row).
@@ -135,19 +131,13 @@ class HybridDrafting(SessionDrafting):
                 continue
             num_tokens = int(input_batch.num_tokens_no_spec[i]) + len(sampled)
             room = self.max_model_len - num_tokens - 1
-            draft = self._index_draft(
-                input_batch, i, req_id, sampled, num_tokens, min(budget, room)
-            )
+            draft = self._index_draft(input_batch, i, req_id, sampled, num_tokens, min(budget, room))
             tokens = len(draft.token_ids) if draft is not None else 0
             expected = 0.0
             if draft is not None:
                 spec = self.driver.spec(req_id)
-                expected = self.index.expected_accepted(
-                    draft, spec.tenant if spec is not None else ""
-                )
-            model_len = (
-                max(0, min(model_cap, room)) if self.driver.may_draft(req_id) else 0
-            )
+                expected = self.index.expected_accepted(draft, spec.tenant if spec is not None else "")
+            model_len = max(0, min(model_cap, room)) if self.driver.may_draft(req_id) else 0
             path = choose(tokens, expected, model_len, model_expected)
             if path is not DraftPath.SUFFIX and tokens:
                 self.driver.withdraw(req_id)
@@ -243,9 +233,7 @@ class HybridDrafting(SessionDrafting):
             if self.index.has_call(req_id):
                 self.index.record_model_verification(req_id, drafted, accepted)
 
-    def _one_hot_rows(
-        self, probs: torch.Tensor, row: int, tokens: list[int]
-    ) -> list[int]:
+    def _one_hot_rows(self, probs: torch.Tensor, row: int, tokens: list[int]) -> list[int]:
         """Give row ``row`` of vLLM's draft probabilities the one-hot rows of the index's
         deterministic draft, which makes rejection sampling exact for it; the draft is
         cut to the rows vLLM holds."""

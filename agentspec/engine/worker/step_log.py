@@ -59,8 +59,14 @@ class StepLog:
         self, req_id: str, session: str | None, group: str | None, max_tokens: int | None, stops: Iterable[int]
     ) -> None:
         self._write(
-            {"e": "add", "req": req_id, "session": session, "group": group, "max_tokens": max_tokens,
-             "stops": sorted(stops)}
+            {
+                "e": "add",
+                "req": req_id,
+                "session": session,
+                "group": group,
+                "max_tokens": max_tokens,
+                "stops": sorted(stops),
+            }
         )
 
     def step(self, batch: int, rows: Sequence[tuple[str, int, int, int]], min_prob: float = 0.0) -> None:

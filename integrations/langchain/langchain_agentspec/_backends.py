@@ -76,9 +76,7 @@ def classify_failure(exc: BaseException, backend: str) -> Failure:
 
 def make_router(backends: Sequence[str], *, load_factor: float, cooldown_s: float) -> BackendRouter:
     """The router of a model with several backends."""
-    return BackendRouter(
-        backends, load_factor=load_factor, cooldown_s=cooldown_s, max_groups=MAX_GROUPS
-    )
+    return BackendRouter(backends, load_factor=load_factor, cooldown_s=cooldown_s, max_groups=MAX_GROUPS)
 
 
 def retry_policy(n_backends: int) -> RetryPolicy:

@@ -44,9 +44,7 @@ class SeedBook:
             self._pending.move_to_end(session_id)
             while len(self._pending) > self._max_sessions:
                 dropped, lost = self._pending.popitem(last=False)
-                logger.warning(
-                    "agentspec: dropped %d pending seed(s) of idle session %r", len(lost), dropped
-                )
+                logger.warning("agentspec: dropped %d pending seed(s) of idle session %r", len(lost), dropped)
 
     def take(self, session_id: str) -> list[Seed]:
         """Remove and return the session's pending seeds (a call is about to send them)."""

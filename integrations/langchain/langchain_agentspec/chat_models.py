@@ -78,9 +78,7 @@ _UNREACHABLE: Final = "unreachable: a call's attempts end by returning or raisin
 _RETRY_OPTIONS: Final[dict[str, Any]] = {"classify": classify_failure, "reraise": True}
 
 
-def merge_extra_body(
-    base: Mapping[str, Any] | None, override: Mapping[str, Any] | None
-) -> dict[str, Any]:
+def merge_extra_body(base: Mapping[str, Any] | None, override: Mapping[str, Any] | None) -> dict[str, Any]:
     """``override`` merged into ``base``; nested mappings merge key by key, ``override`` wins.
 
     Plain ``ChatOpenAI`` lets a per-call ``extra_body`` replace the model's, which would drop,
@@ -283,9 +281,7 @@ class ChatAgentSpec(ChatOpenAI):
             raise ValueError(msg)
         self._seed_book = SeedBook(max_per_session=self.max_seeds_per_request)
         if self.backends:
-            self._pool = make_router(
-                self.backends, load_factor=self.load_factor, cooldown_s=self.backend_cooldown_s
-            )
+            self._pool = make_router(self.backends, load_factor=self.load_factor, cooldown_s=self.backend_cooldown_s)
             self._policy = retry_policy(len(self._pool.backends))
         return self
 
@@ -345,9 +341,7 @@ class ChatAgentSpec(ChatOpenAI):
         stop: list[str] | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[AIMessageChunk]:
-        async for chunk in super().astream(
-            input, with_session_metadata(config), stop=stop, **kwargs
-        ):
+        async for chunk in super().astream(input, with_session_metadata(config), stop=stop, **kwargs):
             yield chunk
 
     # -- sessions and seeds ---------------------------------------------------------------
@@ -371,9 +365,7 @@ class ChatAgentSpec(ChatOpenAI):
             raise ValueError(msg)
         return ids.session_id
 
-    def session(
-        self, session_id: str | None = None, group_id: str | None = None
-    ) -> AgentSpecSession:
+    def session(self, session_id: str | None = None, group_id: str | None = None) -> AgentSpecSession:
         """A handle on one session: ``seed``, ``repair``, ``stats`` and a bound runnable.
 
         ```python
@@ -485,9 +477,7 @@ class ChatAgentSpec(ChatOpenAI):
         sid = self._helper_session(session_id)
         backend = self.backend_for(sid)
         async with httpx.AsyncClient(timeout=self.stats_timeout_s) as http:
-            response = await http.get(
-                self._stats_url(backend, sid), headers=self._stats_headers(sid)
-            )
+            response = await http.get(self._stats_url(backend, sid), headers=self._stats_headers(sid))
         return self._parse_stats(response, backend)
 
     @staticmethod
@@ -511,9 +501,7 @@ class ChatAgentSpec(ChatOpenAI):
         if response.status_code == 404:
             raise SessionNotFoundError(404, response.text, backend=backend, body=response.text)
         if 400 <= response.status_code < 500:
-            raise ServerRefusedError(
-                response.status_code, response.text, backend=backend, body=response.text
-            )
+            raise ServerRefusedError(response.status_code, response.text, backend=backend, body=response.text)
         response.raise_for_status()
         return SessionStats(**response.json(), backend=backend)
 
@@ -565,14 +553,8 @@ class ChatAgentSpec(ChatOpenAI):
             clients = self._backend_clients.get(backend)
             if clients is None:
                 api_base = _api_base(backend)
-                sync_root = (
-                    self.root_client.with_options(base_url=api_base) if self.root_client else None
-                )
-                async_root = (
-                    self.root_async_client.with_options(base_url=api_base)
-                    if self.root_async_client
-                    else None
-                )
+                sync_root = self.root_client.with_options(base_url=api_base) if self.root_client else None
+                async_root = self.root_async_client.with_options(base_url=api_base) if self.root_async_client else None
                 clients = (sync_root, async_root)
                 self._backend_clients[backend] = clients
         sync_root, async_root = clients

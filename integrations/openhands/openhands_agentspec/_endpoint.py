@@ -35,9 +35,7 @@ MAX_PENDING_SEEDS = 64
 MAX_SEED_CHARS_PER_REQUEST = 48_000
 
 
-def split_seeds(
-    seeds: Sequence[Seed], max_chars: int = MAX_SEED_CHARS_PER_REQUEST
-) -> list[list[Seed]]:
+def split_seeds(seeds: Sequence[Seed], max_chars: int = MAX_SEED_CHARS_PER_REQUEST) -> list[list[Seed]]:
     """Seeds in request-sized batches: at most ``wire.MAX_SEEDS_PER_REQUEST`` seeds and
     ``max_chars`` characters each; a longer text is cut into pieces that fit."""
     pieces: list[Seed] = []
@@ -46,19 +44,12 @@ def split_seeds(
         if text is None or len(text) <= max_chars:
             pieces.append(seed)
             continue
-        pieces += [
-            Seed.of(text[i : i + max_chars], seed.kind, seed.scope)
-            for i in range(0, len(text), max_chars)
-        ]
+        pieces += [Seed.of(text[i : i + max_chars], seed.kind, seed.scope) for i in range(0, len(text), max_chars)]
     batches: list[list[Seed]] = []
     size = 0
     for seed in pieces:
         length = len(seed.text) if seed.text is not None else 0
-        if (
-            not batches
-            or len(batches[-1]) == wire.MAX_SEEDS_PER_REQUEST
-            or size + length > max_chars
-        ):
+        if not batches or len(batches[-1]) == wire.MAX_SEEDS_PER_REQUEST or size + length > max_chars:
             batches.append([])
             size = 0
         batches[-1].append(seed)
@@ -84,9 +75,7 @@ def llm_headers(llm: LLM) -> dict[str, str]:
 
 def _llm_root(llm: LLM) -> str:
     if not llm.base_url:
-        raise ValueError(
-            "the LLM has no base_url: agentspec needs the server's (or router's) address"
-        )
+        raise ValueError("the LLM has no base_url: agentspec needs the server's (or router's) address")
     return endpoint_root(llm.base_url)
 
 
@@ -143,9 +132,7 @@ class SeedPoster:
                     session_id,
                     exc,
                 )
-                self._requeue(
-                    session_id, [seed for later in batches[n:] for seed in later]
-                )
+                self._requeue(session_id, [seed for later in batches[n:] for seed in later])
                 break
         self.delivered_tokens += seeded
         return seeded
@@ -165,9 +152,7 @@ class SeedPoster:
             later = self._pending.pop(session_id, deque())
             self._pending[session_id] = deque([*seeds, *later][-MAX_PENDING_SEEDS:])
 
-    def _post(
-        self, llm: LLM, session_id: str, group_id: str | None, seeds: Sequence[Seed]
-    ) -> int:
+    def _post(self, llm: LLM, session_id: str, group_id: str | None, seeds: Sequence[Seed]) -> int:
         body: dict[str, Any] = {
             wire.BODY_SESSION_FIELD: session_id,
             wire.SEEDS_FIELD: [seed.to_wire() for seed in seeds],

@@ -21,12 +21,8 @@ def tool_call_text(call: MessageToolCall) -> str:
     try:
         arguments: Any = json.loads(call.arguments)
     except (json.JSONDecodeError, TypeError):
-        arguments = (
-            call.arguments
-        )  # malformed arguments are what the model wrote: keep them
-    payload = json.dumps(
-        {"name": call.name, "arguments": arguments}, ensure_ascii=False
-    )
+        arguments = call.arguments  # malformed arguments are what the model wrote: keep them
+    payload = json.dumps({"name": call.name, "arguments": arguments}, ensure_ascii=False)
     return f"<tool_call>\n{payload}\n</tool_call>"
 
 

@@ -42,12 +42,8 @@ def forgotten_text(view: View, condensation: Condensation) -> list[str]:
 class SeedingCondenser(CondenserBase):
     """Wraps ``condenser``; seeds what it forgets into the conversation's agentspec session."""
 
-    condenser: CondenserBase = Field(
-        description="The condenser that decides what is forgotten."
-    )
-    timeout_s: float = Field(
-        default=10.0, gt=0, description="Timeout of one seed request."
-    )
+    condenser: CondenserBase = Field(description="The condenser that decides what is forgotten.")
+    timeout_s: float = Field(default=10.0, gt=0, description="Timeout of one seed request.")
 
     _poster: SeedPoster = PrivateAttr(default_factory=SeedPoster)
 
@@ -68,18 +64,14 @@ class SeedingCondenser(CondenserBase):
             self._seed(view, result, agent_llm)
         return result
 
-    async def acondense(
-        self, view: View, agent_llm: LLM | None = None
-    ) -> View | Condensation:
+    async def acondense(self, view: View, agent_llm: LLM | None = None) -> View | Condensation:
         result = await self.condenser.acondense(view, agent_llm=agent_llm)
         if isinstance(result, Condensation):
             # One short request; OpenHands' own sync path blocks the same way.
             self._seed(view, result, agent_llm)
         return result
 
-    def _seed(
-        self, view: View, condensation: Condensation, agent_llm: LLM | None
-    ) -> None:
+    def _seed(self, view: View, condensation: Condensation, agent_llm: LLM | None) -> None:
         llm = agent_llm or self.condenser.get_llm()
         session_id = resolve_llm_call_context(None).session_id
         texts = forgotten_text(view, condensation)

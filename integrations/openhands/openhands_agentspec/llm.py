@@ -80,17 +80,11 @@ def agentspec_llm(
     headers = dict(extra_headers or {})
     if group_id is not None:
         headers.update(routing_headers(group_id))
-    model = (
-        served_model
-        if served_model.startswith(PROVIDER_PREFIX)
-        else PROVIDER_PREFIX + served_model
-    )
+    model = served_model if served_model.startswith(PROVIDER_PREFIX) else PROVIDER_PREFIX + served_model
     return LLM(
         model=model,
         base_url=root if root.endswith("/v1") else root + "/v1",
-        api_key=SecretStr(api_key)
-        if isinstance(api_key, str)
-        else (api_key or SecretStr("EMPTY")),
+        api_key=SecretStr(api_key) if isinstance(api_key, str) else (api_key or SecretStr("EMPTY")),
         litellm_extra_body=body,
         extra_headers=headers or None,
         **llm_fields,

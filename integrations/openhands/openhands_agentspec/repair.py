@@ -53,9 +53,7 @@ class RepairSeeder:
         conversation_id: the conversation's id, which is its agentspec session.
     """
 
-    def __init__(
-        self, llm: LLM, conversation_id: str, *, timeout_s: float = 10.0
-    ) -> None:
+    def __init__(self, llm: LLM, conversation_id: str, *, timeout_s: float = 10.0) -> None:
         self.llm = llm
         self.conversation_id = str(conversation_id)
         self.failed_calls = 0
@@ -93,9 +91,7 @@ class RepairSeeder:
                 self.failed_calls += 1
         if text is not None:
             seed = Seed.of(text, kind="repair_attempt")
-            self._poster.send(
-                self.llm, self.conversation_id, [seed], group_id=group_of(self.llm)
-            )
+            self._poster.send(self.llm, self.conversation_id, [seed], group_id=group_of(self.llm))
 
 
 def _bounded_put(table: OrderedDict[str, Any], key: str, value: Any) -> None:

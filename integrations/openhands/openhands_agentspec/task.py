@@ -37,9 +37,7 @@ from openhands_agentspec.repair import RepairSeeder
 __all__ = ["AgentspecTask", "TaskAttempt", "conversation_stats"]
 
 
-def conversation_stats(
-    llm: LLM, conversation_id: str | uuid.UUID, *, timeout_s: float = 10.0
-) -> SessionStats:
+def conversation_stats(llm: LLM, conversation_id: str | uuid.UUID, *, timeout_s: float = 10.0) -> SessionStats:
     """The server's draft statistics of one OpenHands conversation (its agentspec session).
 
     ``llm`` is the conversation's agent LLM: behind a router its group header takes the
@@ -62,15 +60,11 @@ class TaskAttempt:
     def stats(self) -> SessionStats:
         return conversation_stats(self.llm, self.conversation_id)
 
-    def seed(
-        self, text: str, *, kind: str = "repair_attempt", scope: str = "group"
-    ) -> int:
+    def seed(self, text: str, *, kind: str = "repair_attempt", scope: str = "group") -> int:
         """Seed ``text`` now (for instance an earlier attempt's failed patch, into the task's
         group, before this attempt starts); the tokens the server took (0: kept for later)."""
         seed = Seed.of(text, kind=kind, scope=scope)
-        return self.poster.send(
-            self.llm, str(self.conversation_id), [seed], group_id=group_of(self.llm)
-        )
+        return self.poster.send(self.llm, str(self.conversation_id), [seed], group_id=group_of(self.llm))
 
 
 class AgentspecTask:

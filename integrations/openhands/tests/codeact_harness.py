@@ -33,11 +33,7 @@ SYSTEM_PROMPT = "You are a coding agent. Use the terminal and the file editor."
 
 def tool_call_regex(command: str) -> str:
     """A hermes terminal call whose command matches ``command`` (a regex without quotes)."""
-    return (
-        r'<tool_call>\n\{"name": "terminal", "arguments": \{"command": "'
-        + command
-        + r'"\}\}\n</tool_call>'
-    )
+    return r'<tool_call>\n\{"name": "terminal", "arguments": \{"command": "' + command + r'"\}\}\n</tool_call>'
 
 
 #: Commands that fail (``cat`` of a file that is not there: exit code 1).
@@ -70,9 +66,7 @@ class CodeAct:
     base_url: str
     workspace: Path
 
-    def task(
-        self, task_id: str, command: str = SUCCEEDING, **llm_fields: Any
-    ) -> AgentspecTask:
+    def task(self, task_id: str, command: str = SUCCEEDING, **llm_fields: Any) -> AgentspecTask:
         fields: dict[str, Any] = {
             "max_output_tokens": 96,
             "num_retries": 4,

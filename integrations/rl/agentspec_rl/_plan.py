@@ -37,9 +37,7 @@ def _prompt(raw: Sequence[int], where: str) -> tuple[int, ...]:
     return ids
 
 
-def plan_groups(
-    prompts: Sequence[Sequence[int]], n: int, group_ids: Sequence[str] | None
-) -> list[GroupPlan]:
+def plan_groups(prompts: Sequence[Sequence[int]], n: int, group_ids: Sequence[str] | None) -> list[GroupPlan]:
     """Validated groups: ``n`` samples of each prompt. Raises ``ValueError`` naming the
     problem: an empty or non-token prompt, ``n`` < 1, a bad group id, or one group id given
     for two prompts (a group is n samples of *one* prompt)."""
@@ -57,7 +55,9 @@ def plan_groups(
         if group_id in seen:
             first = seen[group_id]
             what = "the same prompt twice" if plans[first].prompt == prompt else "two different prompts"
-            raise ValueError(f"group {group_id!r} is given {what} (prompts {first} and {i}); a group is n samples of one prompt")
+            raise ValueError(
+                f"group {group_id!r} is given {what} (prompts {first} and {i}); a group is n samples of one prompt"
+            )
         seen[group_id] = i
         plans.append(GroupPlan(group_id, prompt, n))
     return plans

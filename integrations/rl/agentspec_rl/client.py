@@ -179,7 +179,9 @@ class RolloutClient(_Base):
     ) -> Group:
         """``n`` samples of one prompt as one group; raises :class:`RolloutError` if any fails."""
         ids = None if group_id is None else [group_id]
-        return self._one(self.generate_many([prompt_token_ids], n, sampling, group_ids=ids, env=env, max_turns=max_turns))
+        return self._one(
+            self.generate_many([prompt_token_ids], n, sampling, group_ids=ids, env=env, max_turns=max_turns)
+        )
 
     def generate_many(
         self,
@@ -257,7 +259,10 @@ class AsyncRolloutClient(_Base):
             backend, url, body, headers = requests[k]
             answers[k] = (backend, await http.post(url, json=body, headers=headers))
 
-        async with httpx.AsyncClient(timeout=self._client.config.read_timeout_s) as http, anyio.create_task_group() as tg:
+        async with (
+            httpx.AsyncClient(timeout=self._client.config.read_timeout_s) as http,
+            anyio.create_task_group() as tg,
+        ):
             for k in range(len(requests)):
                 tg.start_soon(post, http, k)
         _check_policy_answers(version, [answers[k] for k in sorted(answers)])  # in the backends' order
@@ -350,8 +355,11 @@ def _assemble(
         if isinstance(outcome, Sample):
             by_group[plan.group_id].append(outcome)
         elif plan.group_id not in failed:
-            failed[plan.group_id] = RolloutError(plan.group_id, f"sample {index}: {_reason(outcome or RuntimeError('not run'))}")
+            failed[plan.group_id] = RolloutError(
+                plan.group_id, f"sample {index}: {_reason(outcome or RuntimeError('not run'))}"
+            )
     return [
-        failed.get(p.group_id) or Group(p.group_id, p.prompt, tuple(sorted(by_group[p.group_id], key=lambda s: s.index)))
+        failed.get(p.group_id)
+        or Group(p.group_id, p.prompt, tuple(sorted(by_group[p.group_id], key=lambda s: s.index)))
         for p in plans
     ]

@@ -45,7 +45,9 @@ def _free_port() -> int:
 class EngineActor:
     """One ``agentspec serve`` process, owned by a Ray actor (see :class:`EnginePool`)."""
 
-    def __init__(self, model: str, serve_args: Sequence[str], settings_json: str | None, env: Mapping[str, str]) -> None:
+    def __init__(
+        self, model: str, serve_args: Sequence[str], settings_json: str | None, env: Mapping[str, str]
+    ) -> None:
         import httpx  # noqa: F401 - fail here, in the actor, if the client is missing
 
         from agentspec.engine.settings import EngineSettings

@@ -176,7 +176,9 @@ class AgentspecSessions:
         run_id = run_id if run_id is not None else uuid4().hex[:8]
         if not wire.is_valid_id(run_id) or len(run_id) > 24:
             raise ValueError(f"run_id {run_id!r} must be 1 to 24 characters of letters, digits and . _ : @ / -")
-        self.config = config if config is not None else ClientConfig(backends=list(engines or ()), model=model, **client_settings)
+        self.config = (
+            config if config is not None else ClientConfig(backends=list(engines or ()), model=model, **client_settings)
+        )
         self.run_id = run_id
         self.keep_old_outputs = keep_old_outputs
         self.announced: int | None = None

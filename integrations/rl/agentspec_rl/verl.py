@@ -168,7 +168,9 @@ class _Trajectory:
     sessions: dict[str, AsyncSession] = dataclasses.field(default_factory=dict)
 
 
-_trajectory: contextvars.ContextVar[_Trajectory | None] = contextvars.ContextVar("agentspec_verl_trajectory", default=None)
+_trajectory: contextvars.ContextVar[_Trajectory | None] = contextvars.ContextVar(
+    "agentspec_verl_trajectory", default=None
+)
 
 
 class AgentspecServerClient:
@@ -401,7 +403,9 @@ def _worker_class(base: type, name: str) -> type:
     """``base`` (verl's agent loop worker), each agent loop run inside the client's trajectory
     of its sample's group (the batch's ``uid``) and step."""
 
-    async def _run_agent_loop(self: Any, sampling_params: dict[str, Any], trajectory: dict[str, Any], **kwargs: Any) -> Any:
+    async def _run_agent_loop(
+        self: Any, sampling_params: dict[str, Any], trajectory: dict[str, Any], **kwargs: Any
+    ) -> Any:
         client = self.llm_client
         run = super(cls, self)._run_agent_loop  # type: ignore[misc]
         if not isinstance(client, AgentspecServerClient):
@@ -460,7 +464,12 @@ def _manager_class(base: type, worker: type, name: str) -> type:
         _announce_step(self, prompts)
         return base.generate_sequences(self, prompts)
 
-    namespace = {"__init__": __init__, "generate_sequences": generate_sequences, "__module__": __name__, "__qualname__": name}
+    namespace = {
+        "__init__": __init__,
+        "generate_sequences": generate_sequences,
+        "__module__": __name__,
+        "__qualname__": name,
+    }
     return type(name, (base,), namespace)
 
 
@@ -471,20 +480,29 @@ def _build(name: str) -> type:
             AgentLoopWorker,
         )
 
-        worker = _cached("AgentspecAgentLoopWorkerV0", lambda: _worker_class(AgentLoopWorker, "AgentspecAgentLoopWorkerV0"))
+        worker = _cached(
+            "AgentspecAgentLoopWorkerV0", lambda: _worker_class(AgentLoopWorker, "AgentspecAgentLoopWorkerV0")
+        )
         if name == "AgentspecAgentLoopWorkerV0":
             return worker
         return _manager_class(AgentLoopManager, worker, name)
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
-    worker = _cached("AgentspecAgentLoopWorker", lambda: _worker_class(_actor_base(AgentLoopWorkerTQ), "AgentspecAgentLoopWorker"))
+    worker = _cached(
+        "AgentspecAgentLoopWorker", lambda: _worker_class(_actor_base(AgentLoopWorkerTQ), "AgentspecAgentLoopWorker")
+    )
     if name == "AgentspecAgentLoopWorker":
         return worker
     return _manager_class(AgentLoopManagerTQ, worker, name)
 
 
 _LAZY = frozenset(
-    {"AgentspecAgentLoopManager", "AgentspecAgentLoopWorker", "AgentspecAgentLoopManagerV0", "AgentspecAgentLoopWorkerV0"}
+    {
+        "AgentspecAgentLoopManager",
+        "AgentspecAgentLoopWorker",
+        "AgentspecAgentLoopManagerV0",
+        "AgentspecAgentLoopWorkerV0",
+    }
 )
 
 

@@ -144,7 +144,9 @@ def test_a_weight_update_retires_the_old_policys_drafts_by_version(pool: EngineP
         first = client.generate(PROMPTS[0], n=2, sampling=greedy, group_id=f"ep1-{tag}")
         client.on_weight_update(version + 1, keep_old_outputs=True)
         (kept,) = client.generate(PROMPTS[0], n=1, sampling=greedy, group_id=f"ep2-{tag}").samples
-        retired_before = httpx.get(engine + wire.SERVER_STATS_PATH, timeout=10).json()["engine"]["retired_output_tokens_total"]
+        retired_before = httpx.get(engine + wire.SERVER_STATS_PATH, timeout=10).json()["engine"][
+            "retired_output_tokens_total"
+        ]
         client.on_weight_update(version + 2)
         (fresh,) = client.generate(PROMPTS[0], n=1, sampling=greedy, group_id=f"ep3-{tag}").samples
     assert first.samples[1].policy_version == version and kept.policy_version == version + 1
@@ -165,6 +167,7 @@ def test_a_weight_update_retires_the_old_policys_drafts_by_version(pool: EngineP
     engine_stats = httpx.get(engine + wire.SERVER_STATS_PATH, timeout=10).json()["engine"]
     assert engine_stats["retired_output_tokens_total"] > retired_before
 
+
 def test_an_engine_killed_mid_rollout_loses_no_sample(pool: EnginePool) -> None:
     # Kills an engine of the shared pool: the last test of this module. (A pool of its own
     # would wait forever for CPUs: Ray gives each engine one and the cluster has two.)
@@ -181,7 +184,9 @@ def test_an_engine_killed_mid_rollout_loses_no_sample(pool: EnginePool) -> None:
                     killed.set()
             return EnvStep([5, 6, 7], done=state.turn >= 3)
 
-        groups = rollouts.generate_many(PROMPTS, n=2, sampling=SamplingParams(max_tokens=6, seed=3), env=env, max_turns=3)
+        groups = rollouts.generate_many(
+            PROMPTS, n=2, sampling=SamplingParams(max_tokens=6, seed=3), env=env, max_turns=3
+        )
     assert killed.is_set()
     assert not any(isinstance(g, RolloutError) for g in groups), [str(g) for g in groups]
     samples = [s for g in groups for s in g.samples]

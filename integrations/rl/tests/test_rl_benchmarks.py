@@ -14,7 +14,9 @@ import typer
 from typer.testing import CliRunner
 
 # The replays run the draft index; the light install (client only) has no suffix tree.
-pytest.importorskip("arctic_inference", reason="the replays need the bench extra (arctic-inference): not in the light install")
+pytest.importorskip(
+    "arctic_inference", reason="the replays need the bench extra (arctic-inference): not in the light install"
+)
 
 from agentspec.replay.config import bundled_data  # noqa: E402
 
@@ -43,7 +45,9 @@ def run(name: str, cache_dir: Path) -> dict[str, list[str]]:
     args = ["--data", str(bundled_data()), "--sources", ",".join(SOURCES), "--cache-dir", str(cache_dir)]
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output + repr(result.exception)
-    rows = [[c.strip() for c in line.strip("│ ").split("│")] for line in result.output.splitlines() if line.startswith("│")]
+    rows = [
+        [c.strip() for c in line.strip("│ ").split("│")] for line in result.output.splitlines() if line.startswith("│")
+    ]
     return {cells[0]: cells[1:] for cells in rows}
 
 

@@ -44,7 +44,9 @@ def test_a_group_is_token_exact_and_lands_on_one_engine(engines: list[str]) -> N
     other = next(e for e in engines if e != engine)
     for s in group.samples:
         seen = session_stats(engine, s.session_id)
-        assert seen is not None and seen["group_id"] == "grpo-a" and session_stats(other, s.session_id, wait=False) is None
+        assert (
+            seen is not None and seen["group_id"] == "grpo-a" and session_stats(other, s.session_id, wait=False) is None
+        )
 
 
 def test_multi_turn_samples_append_observations_as_tokens(engines: list[str]) -> None:
@@ -81,7 +83,9 @@ def test_stop_reasons_per_sample(engines: list[str]) -> None:
 def test_a_sample_over_the_context_fails_its_group_only(engines: list[str]) -> None:
     too_long = [11] * 2100  # longer than the tiny model's context (2048 tokens)
     with RolloutClient(engines, "tiny") as client:
-        bad, good = client.generate_many([too_long, PROMPT], n=2, sampling=SamplingParams(max_tokens=64), group_ids=["big", "fine"])
+        bad, good = client.generate_many(
+            [too_long, PROMPT], n=2, sampling=SamplingParams(max_tokens=64), group_ids=["big", "fine"]
+        )
     assert isinstance(bad, RolloutError) and bad.group_id == "big"
     assert "the server refused it" in str(bad) and "context" in str(bad).lower()
     assert not isinstance(good, RolloutError) and len(good.samples) == 2
@@ -123,7 +127,9 @@ def test_a_weight_update_reaches_every_engine(engines: list[str]) -> None:
 
     with RolloutClient(engines, "tiny") as client:
         client.on_weight_update(start, keep_old_outputs=True)
-        assert {s.policy_version for s in client.generate(PROMPT, n=2, sampling=SamplingParams(max_tokens=4)).samples} == {start}
+        assert {
+            s.policy_version for s in client.generate(PROMPT, n=2, sampling=SamplingParams(max_tokens=4)).samples
+        } == {start}
     assert anyio.run(main) == (start + 1, start + 1)
     for engine in engines:
         deadline = 50

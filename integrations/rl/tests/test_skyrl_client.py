@@ -88,7 +88,9 @@ class RemoteInferenceClient:
         return {
             "stop_reasons": [r["stop_reason"] for r in results],
             "response_ids": [r["response_ids"] for r in results],
-            "response_logprobs": [r["response_logprobs"] for r in results] if sampling.get("logprobs") is not None else None,
+            "response_logprobs": [r["response_logprobs"] for r in results]
+            if sampling.get("logprobs") is not None
+            else None,
         }
 
     async def _generate_single(self, **_: Any) -> dict[str, Any]:
@@ -169,7 +171,9 @@ def test_what_agentspec_cannot_serve_is_refused_by_name(skyrl_stand_in: type) ->
         asyncio.run(client.generate(batch))
 
 
-def test_a_failed_announcement_is_logged_and_training_goes_on(skyrl_stand_in: type, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failed_announcement_is_logged_and_training_goes_on(
+    skyrl_stand_in: type, caplog: pytest.LogCaptureFixture
+) -> None:
     client = with_agentspec(skyrl_client([NOWHERE]))
     with caplog.at_level(logging.WARNING, logger="agentspec_rl.skyrl"):
         client.increment_weight_version()
@@ -228,7 +232,9 @@ def test_a_weight_sync_announces_the_next_version_and_new_trajectories_run_under
 
     async def one_turn() -> dict[str, Any]:
         try:
-            return await client.generate({"prompt_token_ids": [PROMPT], "sampling_params": skyrl_sampling(4), "session_ids": ["3_0"]})
+            return await client.generate(
+                {"prompt_token_ids": [PROMPT], "sampling_params": skyrl_sampling(4), "session_ids": ["3_0"]}
+            )
         finally:
             await client.agentspec.aclose()
 

@@ -84,9 +84,17 @@ def test_a_prompts_samples_are_one_group_on_one_engine_token_exact(engines: list
     results = asyncio.run(main())
     for turns in results:
         for out in turns:
-            assert set(out) == {"response_ids", "response_logprobs", "stop_reason", "routed_experts", "rollout_sample_support"}
+            assert set(out) == {
+                "response_ids",
+                "response_logprobs",
+                "stop_reason",
+                "routed_experts",
+                "rollout_sample_support",
+            }
             assert out["response_ids"] and out["stop_reason"] in ("stop", "length")
-            assert len(out["response_logprobs"]) == len(out["response_ids"]) and all(lp <= 0 for lp in out["response_logprobs"])
+            assert len(out["response_logprobs"]) == len(out["response_ids"]) and all(
+                lp <= 0 for lp in out["response_logprobs"]
+            )
     for uid in uids:
         group = f"t1.v0.{uid}"
         holders = set()

@@ -55,7 +55,10 @@ def test_overrides_point_skyrl_at_the_engines() -> None:
         "generator.inference_engine.external_server_urls=['http://gpu1:8001','http://gpu2:8001']",
         "generator.inference_engine.served_model_name='policy'",
     ]
-    assert skyrl_overrides(["http://a:1"], proxy_url="http://r:9")[-1] == "generator.inference_engine.external_proxy_url='http://r:9'"
+    assert (
+        skyrl_overrides(["http://a:1"], proxy_url="http://r:9")[-1]
+        == "generator.inference_engine.external_proxy_url='http://r:9'"
+    )
     for bad in ([], ["gpu1:8001"]):
         with pytest.raises(ValueError):
             skyrl_overrides(bad)

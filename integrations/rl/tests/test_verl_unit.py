@@ -65,7 +65,9 @@ def test_settings_come_from_verls_custom_section() -> None:
         "actor_rollout_ref": {
             "rollout": {
                 "response_length": 64,
-                "custom": {"agentspec": {"backends": "http://a:1,http://b:2", "model": "m", "client": {"load_factor": 2.0}}},
+                "custom": {
+                    "agentspec": {"backends": "http://a:1,http://b:2", "model": "m", "client": {"load_factor": 2.0}}
+                },
             }
         }
     }

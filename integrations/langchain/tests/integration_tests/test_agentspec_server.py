@@ -71,18 +71,14 @@ def _uid(prefix: str) -> str:
 
 @pytest.fixture
 def llm(agentspec_url: str) -> ChatAgentSpec:
-    return ChatAgentSpec(
-        model="tiny", base_url=agentspec_url, temperature=0, max_tokens=MAX_TOKENS, max_retries=0
-    )
+    return ChatAgentSpec(model="tiny", base_url=agentspec_url, temperature=0, max_tokens=MAX_TOKENS, max_retries=0)
 
 
 # -- tool calling and structured output --------------------------------------------------
 
 
 def test_tool_call_is_parsed(llm: ChatAgentSpec) -> None:
-    reply = llm.bind_tools([Weather]).invoke(
-        "weather?", extra_body=FORCE_WEATHER_CALL, max_tokens=CALL_TOKENS
-    )
+    reply = llm.bind_tools([Weather]).invoke("weather?", extra_body=FORCE_WEATHER_CALL, max_tokens=CALL_TOKENS)
     assert isinstance(reply, AIMessage)
     assert len(reply.tool_calls) == 1
     call = reply.tool_calls[0]
@@ -94,9 +90,7 @@ def test_tool_call_is_parsed(llm: ChatAgentSpec) -> None:
 async def test_tool_call_streamed_async(llm: ChatAgentSpec) -> None:
     bound = llm.bind_tools([Weather])
     full: BaseMessage | None = None
-    async for chunk in bound.astream(
-        "weather?", extra_body=FORCE_WEATHER_CALL, max_tokens=CALL_TOKENS
-    ):
+    async for chunk in bound.astream("weather?", extra_body=FORCE_WEATHER_CALL, max_tokens=CALL_TOKENS):
         assert isinstance(chunk, AIMessageChunk)
         full = chunk if full is None else full + chunk  # type: ignore[operator]
     assert isinstance(full, AIMessageChunk)
@@ -110,9 +104,7 @@ def test_structured_output_through_tools(llm: ChatAgentSpec) -> None:
     vLLM turns a named tool_choice into schema-constrained JSON, which a random model never
     finishes; with tool_choice="auto" the grammar-forced call parses into the schema.
     """
-    chain = llm.bind_tools([Weather], tool_choice="auto") | PydanticToolsParser(
-        tools=[Weather], first_tool_only=True
-    )
+    chain = llm.bind_tools([Weather], tool_choice="auto") | PydanticToolsParser(tools=[Weather], first_tool_only=True)
     result = chain.invoke("weather?", extra_body=FORCE_WEATHER_CALL, max_tokens=CALL_TOKENS)
     assert isinstance(result, Weather)
     assert result.city
@@ -183,9 +175,7 @@ def _agent(llm: ChatAgentSpec) -> Any:
         messages = state["messages"]
         if isinstance(messages[-1], HumanMessage):
             extra = {"structured_outputs": {"regex": _hermes_call("get_weather")}}
-            return {
-                "messages": [with_tools.invoke(messages, extra_body=extra, max_tokens=CALL_TOKENS)]
-            }
+            return {"messages": [with_tools.invoke(messages, extra_body=extra, max_tokens=CALL_TOKENS)]}
         return {"messages": [with_tools.invoke(messages)]}
 
     graph = StateGraph(MessagesState)
@@ -240,10 +230,7 @@ def test_langgraph_threads_pin_to_one_backend_each(agentspec_url: str) -> None:
         threads = [_uid(f"pinned-{i}") for i in range(4)]
         # Model calls per thread = AI messages in its checkpointed history (the stub answers
         # in text, never with a tool call, so threads there make fewer calls).
-        model_calls = {
-            thread: sum(isinstance(m, AIMessage) for m in _run_turns(app, thread, 2))
-            for thread in threads
-        }
+        model_calls = {thread: sum(isinstance(m, AIMessage) for m in _run_turns(app, thread, 2)) for thread in threads}
         homes = {thread: llm.backend_for(thread) for thread in threads}
         # Bounded load over two backends: four threads cannot all land on one.
         assert set(homes.values()) == {agentspec_url, stub.url}

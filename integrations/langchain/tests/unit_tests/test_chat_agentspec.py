@@ -220,9 +220,7 @@ def test_seed_token_ids_and_group_scope(stub: StubServer) -> None:
     model = _model(stub, session_id="s-tok")
     model.add_seed([1, 2, 3], scope="group", kind="sibling_output")
     model.invoke("x")
-    assert _last(stub).body["agentspec_seeds"] == [
-        {"kind": "sibling_output", "scope": "group", "token_ids": [1, 2, 3]}
-    ]
+    assert _last(stub).body["agentspec_seeds"] == [{"kind": "sibling_output", "scope": "group", "token_ids": [1, 2, 3]}]
 
 
 def test_seed_validation_and_limits(stub: StubServer) -> None:

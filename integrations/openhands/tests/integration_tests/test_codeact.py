@@ -17,9 +17,7 @@ from openhands_agentspec.repair import failed
 pytestmark = pytest.mark.server
 
 
-def test_every_call_of_a_conversation_lands_in_its_session(
-    codeact: CodeAct, agentspec_server: Any
-) -> None:
+def test_every_call_of_a_conversation_lands_in_its_session(codeact: CodeAct, agentspec_server: Any) -> None:
     task = codeact.task("oh-task-calls")
     attempt, run = codeact.run(task, steps=5)
     assert len(run.actions) == 5 and run.llm_calls() == 5
@@ -28,23 +26,15 @@ def test_every_call_of_a_conversation_lands_in_its_session(
     stats = wait_stats(agentspec_server.url, sid, lambda s: s["calls"] >= 5)
     # One session named by OpenHands' own conversation id, in the task's group: the group
     # header never renamed it.
-    assert (
-        stats["session_id"] == sid
-        and stats["group_id"] == "oh-task-calls"
-        and stats["calls"] == 5
-    )
+    assert stats["session_id"] == sid and stats["group_id"] == "oh-task-calls" and stats["calls"] == 5
     assert stats["indexed_tokens"] > 0 and stats["draft_tokens"] > 0
     # The same numbers through the integration.
     assert attempt.stats().calls == conversation_stats(task.llm(), sid).calls == 5
 
 
-def test_a_condensation_seeds_the_forgotten_events(
-    codeact: CodeAct, agentspec_server: Any
-) -> None:
+def test_a_condensation_seeds_the_forgotten_events(codeact: CodeAct, agentspec_server: Any) -> None:
     task = codeact.task("oh-task-condense")
-    summariser = LLMSummarizingCondenser(
-        llm=task.llm(usage_id="condenser"), max_size=8, keep_first=2
-    )
+    summariser = LLMSummarizingCondenser(llm=task.llm(usage_id="condenser"), max_size=8, keep_first=2)
     condenser = task.condenser(summariser)
     attempt, run = codeact.run(task, steps=7, condenser=condenser)
     condensations = [e for e in run.events if isinstance(e, Condensation)]
@@ -54,17 +44,13 @@ def test_a_condensation_seeds_the_forgotten_events(
     # A condensation takes one of the run's steps; its summary call is in the session too
     # (it carries the conversation's id).
     assert run.llm_calls() == len(run.actions) + len(condensations) == 7
-    stats = wait_stats(
-        agentspec_server.url, sid, lambda s: s["calls"] >= run.llm_calls()
-    )
+    stats = wait_stats(agentspec_server.url, sid, lambda s: s["calls"] >= run.llm_calls())
     assert stats["calls"] == run.llm_calls()
     assert stats["seeded_tokens_by_kind"].get("prior_turn") == condenser.seeded_tokens
     print(f"\none real conversation's server statistics: {stats}")
 
 
-def test_a_failed_command_is_seeded_as_a_repair_attempt(
-    codeact: CodeAct, agentspec_server: Any
-) -> None:
+def test_a_failed_command_is_seeded_as_a_repair_attempt(codeact: CodeAct, agentspec_server: Any) -> None:
     task = codeact.task("oh-task-repair", command=FAILING)
     attempt, run = codeact.run(task, steps=4)
     assert len(run.actions) == 4
@@ -84,15 +70,11 @@ def test_a_failed_command_is_seeded_as_a_repair_attempt(
     assert attempt.repair.failed_calls == len(failures), f"exit codes: {exit_codes}"
     sid = str(attempt.conversation_id)
     stats = wait_stats(agentspec_server.url, sid, lambda s: s["calls"] >= 4)
-    assert stats["seeded_tokens_by_kind"] == {
-        "repair_attempt": attempt.repair.seeded_tokens
-    }
+    assert stats["seeded_tokens_by_kind"] == {"repair_attempt": attempt.repair.seeded_tokens}
     assert attempt.repair.seeded_tokens > 0
 
 
-def test_attempts_at_one_task_share_its_group(
-    codeact: CodeAct, agentspec_server: Any
-) -> None:
+def test_attempts_at_one_task_share_its_group(codeact: CodeAct, agentspec_server: Any) -> None:
     task = codeact.task("oh-task-attempts")
     first, _ = codeact.run(task, steps=2)
     second, _ = codeact.run(task, steps=2)

@@ -24,9 +24,7 @@ pytestmark = [
 ]
 
 
-def task_ids_by_backend(
-    router: VLLMRouter, backends: list[str], prefix: str
-) -> dict[str, str]:
+def task_ids_by_backend(router: VLLMRouter, backends: list[str], prefix: str) -> dict[str, str]:
     """One task id per backend: the first ids, in order, that the router hashes there."""
     placed: dict[str, str] = {}
     for i in range(64):
@@ -44,15 +42,11 @@ def router(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[VLLMRouter]:
     backends = [agentspec_server.url, agentspec_peer_server.url]
-    with VLLMRouter.start(
-        backends, log_dir=tmp_path_factory.mktemp("router")
-    ) as running:
+    with VLLMRouter.start(backends, log_dir=tmp_path_factory.mktemp("router")) as running:
         yield running
 
 
-def test_tasks_stay_on_the_backend_their_group_hashes_to(
-    router: VLLMRouter, workspace: Path
-) -> None:
+def test_tasks_stay_on_the_backend_their_group_hashes_to(router: VLLMRouter, workspace: Path) -> None:
     backends = list(router.workers)
     codeact = CodeAct(router.url, workspace)
     for backend, task_id in task_ids_by_backend(router, backends, "oh-route").items():
@@ -60,14 +54,8 @@ def test_tasks_stay_on_the_backend_their_group_hashes_to(
         for attempt, run in attempts:
             sid = str(attempt.conversation_id)
             stats = wait_stats(backend, sid, lambda s: s["calls"] >= 3)
-            assert (
-                stats["calls"] == run.llm_calls() == 3 and stats["group_id"] == task_id
-            )
-            assert all(
-                session_stats(other, sid, wait=False) is None
-                for other in backends
-                if other != backend
-            )
+            assert stats["calls"] == run.llm_calls() == 3 and stats["group_id"] == task_id
+            assert all(session_stats(other, sid, wait=False) is None for other in backends if other != backend)
             # Statistics through the router reach the same server (the group's routing key).
             assert attempt.stats().calls == 3
 
@@ -80,9 +68,7 @@ def test_killing_a_backend_mid_conversation_loses_no_turn(
 ) -> None:
     doomed = agentspec_spare_server
     try:
-        with VLLMRouter.start(
-            [agentspec_server.url, doomed.url], log_dir=tmp_path
-        ) as router:
+        with VLLMRouter.start([agentspec_server.url, doomed.url], log_dir=tmp_path) as router:
             backends = [agentspec_server.url, doomed.url]
             task_id = task_ids_by_backend(router, backends, "oh-failover")[doomed.url]
             killed_at: list[float] = []
@@ -96,9 +82,7 @@ def test_killing_a_backend_mid_conversation_loses_no_turn(
                         killed_at.append(time.monotonic())
 
             codeact = CodeAct(router.url, workspace)
-            attempt, run = codeact.run(
-                codeact.task(task_id), steps=5, on_event=kill_after_two_turns
-            )
+            attempt, run = codeact.run(codeact.task(task_id), steps=5, on_event=kill_after_two_turns)
     finally:
         doomed.stop()
     # Every turn completed: five answers, five tool calls, no error but the step limit.

@@ -62,12 +62,8 @@ def action(call_id: str, command: str) -> ActionEvent:
     )
 
 
-def result(
-    act: ActionEvent, exit_code: int, *, is_error: bool = False
-) -> ObservationEvent:
-    observation = TerminalObservation.from_text(
-        "output", exit_code=exit_code, is_error=is_error, command="c"
-    )
+def result(act: ActionEvent, exit_code: int, *, is_error: bool = False) -> ObservationEvent:
+    observation = TerminalObservation.from_text("output", exit_code=exit_code, is_error=is_error, command="c")
     return ObservationEvent(
         observation=observation,
         action_id=act.id,
@@ -99,11 +95,7 @@ def test_llm_names_group_and_keeps_sampling_in_the_body() -> None:
 
 def test_llm_without_group_sends_no_routing_header() -> None:
     llm = agentspec_llm("http://server:8000/v1", "openai/served")
-    assert (
-        llm.model == "openai/served"
-        and llm.extra_headers is None
-        and group_of(llm) is None
-    )
+    assert llm.model == "openai/served" and llm.extra_headers is None and group_of(llm) is None
 
 
 def test_a_bad_group_id_is_refused_naming_the_rule() -> None:
@@ -121,9 +113,7 @@ def test_forgotten_text_is_the_forgotten_events_text_in_order() -> None:
         message("second look"),
         message("latest"),
     ]
-    condensation = Condensation(
-        forgotten_event_ids={events[2].id, events[1].id}, llm_response_id="r"
-    )
+    condensation = Condensation(forgotten_event_ids={events[2].id, events[1].id}, llm_response_id="r")
     assert forgotten_text(View.from_events(events), condensation) == [
         "first look",
         "second look",
@@ -132,16 +122,11 @@ def test_forgotten_text_is_the_forgotten_events_text_in_order() -> None:
 
 def test_a_tool_call_is_seeded_as_the_model_writes_it() -> None:
     text = tool_call_text(action("c1", "pytest -x").tool_call)
-    assert (
-        text
-        == '<tool_call>\n{"name": "terminal", "arguments": {"command": "pytest -x"}}\n</tool_call>'
-    )
+    assert text == '<tool_call>\n{"name": "terminal", "arguments": {"command": "pytest -x"}}\n</tool_call>'
 
 
 @pytest.mark.parametrize(("exit_code", "is_error", "expected"), [(0, False, False), (1, False, True), (-1, False, False), (0, True, True)])  # fmt: skip
-def test_failed_reads_exit_codes_and_errors(
-    exit_code: int, is_error: bool, expected: bool
-) -> None:
+def test_failed_reads_exit_codes_and_errors(exit_code: int, is_error: bool, expected: bool) -> None:
     assert failed(result(action("c", "x"), exit_code, is_error=is_error)) is expected
 
 
@@ -150,11 +135,7 @@ class ForgetMiddle(CondenserBase):
 
     def condense(self, view: View, agent_llm: LLM | None = None) -> View | Condensation:
         middle = {e.id for e in view.events[1:-1]}
-        return (
-            Condensation(forgotten_event_ids=middle, llm_response_id="summary")
-            if middle
-            else view
-        )
+        return Condensation(forgotten_event_ids=middle, llm_response_id="summary") if middle else view
 
 
 def test_condenser_seeds_what_it_forgets_into_the_running_conversation(
@@ -176,41 +157,25 @@ def test_condenser_seeds_what_it_forgets_into_the_running_conversation(
         "ran the tests: 3 failures",
         "read models.py",
     ]
-    assert {s["kind"] for s in state.seeds} == {
-        "prior_turn"
-    } and state.group_id == "task-1"
-    assert (
-        condenser.seeded_tokens
-        == state.seeded_tokens
-        == state.seeded_tokens_by_kind["prior_turn"]
-        > 0
-    )
-    assert conversation_stats(llm, "conv-1").seeded_tokens_by_kind == {
-        "prior_turn": state.seeded_tokens
-    }
+    assert {s["kind"] for s in state.seeds} == {"prior_turn"} and state.group_id == "task-1"
+    assert condenser.seeded_tokens == state.seeded_tokens == state.seeded_tokens_by_kind["prior_turn"] > 0
+    assert conversation_stats(llm, "conv-1").seeded_tokens_by_kind == {"prior_turn": state.seeded_tokens}
 
 
 def test_condenser_without_a_conversation_seeds_nothing(stub: StubServer) -> None:
     llm = agentspec_llm(stub.url, "tiny")
-    out = SeedingCondenser(condenser=ForgetMiddle()).condense(
-        View.from_events([message(t) for t in "abc"]), llm
-    )
+    out = SeedingCondenser(condenser=ForgetMiddle()).condense(View.from_events([message(t) for t in "abc"]), llm)
     assert isinstance(out, Condensation) and stub.sessions == {}
 
 
 def test_seeding_condenser_survives_openhands_serialisation() -> None:
     llm = agentspec_llm("http://server:8000", "tiny", group_id="t")
-    inner = LLMSummarizingCondenser(
-        llm=llm.model_copy(update={"usage_id": "condenser"}), max_size=10
-    )
+    inner = LLMSummarizingCondenser(llm=llm.model_copy(update={"usage_id": "condenser"}), max_size=10)
     agent = Agent(llm=llm, tools=[], condenser=SeedingCondenser(condenser=inner))
     again = Agent.model_validate(agent.model_dump())
     assert isinstance(again.condenser, SeedingCondenser)
     assert isinstance(again.condenser.condenser, LLMSummarizingCondenser)
-    assert (
-        again.condenser.get_llm() is not None
-        and again.condenser.get_llm().usage_id == "condenser"
-    )
+    assert again.condenser.get_llm() is not None and again.condenser.get_llm().usage_id == "condenser"
 
 
 def test_repair_hook_seeds_failed_calls_only(stub: StubServer) -> None:
@@ -222,17 +187,13 @@ def test_repair_hook_seeds_failed_calls_only(stub: StubServer) -> None:
     )
     for event in (ok, result(ok, 0), bad, result(bad, 1), refused):
         hook(event)
-    hook(
-        AgentErrorEvent(error="bad arguments", tool_name="terminal", tool_call_id="c3")
-    )
+    hook(AgentErrorEvent(error="bad arguments", tool_name="terminal", tool_call_id="c3"))
     state = stub.sessions["conv-2"]
     assert [s["text"] for s in state.seeds] == [
         tool_call_text(bad.tool_call),
         tool_call_text(refused.tool_call),
     ]
-    assert {s["kind"] for s in state.seeds} == {
-        "repair_attempt"
-    } and hook.failed_calls == 2
+    assert {s["kind"] for s in state.seeds} == {"repair_attempt"} and hook.failed_calls == 2
     assert hook.seeded_tokens == state.seeded_tokens_by_kind["repair_attempt"] > 0
 
 
@@ -254,11 +215,7 @@ def test_undelivered_seeds_wait_for_the_next_delivery(stub: StubServer) -> None:
     poster = SeedPoster(timeout_s=5)
     stub.fail_next(1, 503)
     assert poster.send(llm, "conv-3", [Seed.of("first")]) == 0
-    assert (
-        poster.pending("conv-3") == 1
-        and "conv-3" not in stub.sessions
-        and poster.failures == 1
-    )
+    assert poster.pending("conv-3") == 1 and "conv-3" not in stub.sessions and poster.failures == 1
     assert poster.send(llm, "conv-3", [Seed.of("second")]) > 0
     assert [s["text"] for s in stub.sessions["conv-3"].seeds] == ["first", "second"]
     assert poster.pending("conv-3") == 0
@@ -268,18 +225,14 @@ def test_pending_seeds_are_bounded(stub: StubServer) -> None:
     llm = agentspec_llm(stub.url, "tiny")
     poster = SeedPoster(timeout_s=5)
     stub.fail_next(1, 503)
-    poster.send(
-        llm, "conv-4", [Seed.of(f"s{i}") for i in range(MAX_PENDING_SEEDS + 10)]
-    )
+    poster.send(llm, "conv-4", [Seed.of(f"s{i}") for i in range(MAX_PENDING_SEEDS + 10)])
     assert poster.pending("conv-4") == MAX_PENDING_SEEDS
 
 
 def test_a_refused_seed_is_not_retried(stub: StubServer) -> None:
     llm = agentspec_llm(stub.url, "tiny")
     poster = SeedPoster(timeout_s=5)
-    assert (
-        poster.send(llm, "bad id!", [Seed.of("x")]) == 0
-    )  # 400 from the server: retrying cannot help
+    assert poster.send(llm, "bad id!", [Seed.of("x")]) == 0  # 400 from the server: retrying cannot help
     assert poster.pending("bad id!") == 0 and poster.failures == 0
 
 

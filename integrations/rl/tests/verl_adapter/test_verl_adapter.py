@@ -60,7 +60,10 @@ def test_the_config_a_user_sets_is_verls() -> None:
     config = verl_config(["http://gpu1:8001", "http://gpu2:8001"])
     rollout = omega_conf_to_dataclass(config.actor_rollout_ref.rollout)  # verl's own check of the section
     assert rollout.custom == {"agentspec": {"backends": ["http://gpu1:8001", "http://gpu2:8001"], "model": "tiny"}}
-    assert load_class_from_fqn(rollout.agent.agent_loop_manager_class, "AgentLoopManager") is adapter.AgentspecAgentLoopManager
+    assert (
+        load_class_from_fqn(rollout.agent.agent_loop_manager_class, "AgentLoopManager")
+        is adapter.AgentspecAgentLoopManager
+    )
     client = adapter.AgentspecServerClient.from_verl_config(config)
     assert client.config.backends == ("http://gpu1:8001", "http://gpu2:8001") and client.config.model == "tiny"
     assert client.defaults.response_length == 6
@@ -102,7 +105,9 @@ class TwoTurnLoop:
         prompt = list(PROMPT)
         outputs = []
         for _turn in range(2):
-            out = await self.server_manager.generate(request_id=request_id, prompt_ids=prompt, sampling_params=dict(sampling_params))
+            out = await self.server_manager.generate(
+                request_id=request_id, prompt_ids=prompt, sampling_params=dict(sampling_params)
+            )
             outputs.append(out)
             prompt = prompt + out.token_ids + [5, 6, 7]
         return {"request_id": request_id, "outputs": outputs, "uid": kwargs["uid"]}
@@ -205,7 +210,9 @@ def test_a_new_step_is_announced_to_every_engine_as_the_policy_version(engines: 
 
 
 def run_example(*args: str) -> str:
-    out = subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True, text=True, timeout=120, check=False)
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLE), *args], capture_output=True, text=True, timeout=120, check=False
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
 
@@ -217,7 +224,10 @@ def test_the_examples_overrides_are_what_verls_config_takes(engines: list[str]) 
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         config = compose(config_name="ppo_trainer", overrides=["actor_rollout_ref.rollout.name=vllm", *overrides])
     rollout = omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
-    assert load_class_from_fqn(rollout.agent.agent_loop_manager_class, "AgentLoopManager") is adapter.AgentspecAgentLoopManager
+    assert (
+        load_class_from_fqn(rollout.agent.agent_loop_manager_class, "AgentLoopManager")
+        is adapter.AgentspecAgentLoopManager
+    )
     client = adapter.AgentspecServerClient.from_verl_config(config)
     assert client.config.backends == tuple(engines) and client.config.model == "tiny"
 
