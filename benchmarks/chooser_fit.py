@@ -31,6 +31,12 @@ import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
+from survival_chooser import (
+    FEATURES,
+    SurvivalChooser,
+    draft_features,
+    survival_rows,
+)
 
 from agentspec.driver import TokenSeed
 from agentspec.index import DraftIndex
@@ -42,12 +48,6 @@ from agentspec.replay.driver_proposer import DriverProposer
 from agentspec.replay.proposer import ReplayDraft
 from agentspec.replay.simulate import SourceResult, accept_linear
 from agentspec.replay.tokenized import TokenCache
-from survival_chooser import (
-    FEATURES,
-    SurvivalChooser,
-    draft_features,
-    survival_rows,
-)
 
 BASE, OURS, FITTED = "vllm-suffix", "agentspec", "agentspec-fitted"
 console = Console(width=None if sys.stdout.isatty() else 200)

@@ -209,8 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     model = Path(args.model) if args.model else build_tiny_model(args.cache_dir or tempfile.mkdtemp())
     drafter = Path(args.drafter) if args.drafter else build_tiny_drafter(model)
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="agentspec-bench-")
-    print(f"model {model}, drafter {drafter} ({args.drafter_tokens} tokens); {args.sessions} sessions x"
-          f" {args.turns} turns, {args.max_tokens} tokens per turn, concurrency {args.concurrency}", flush=True)  # fmt: skip
+    print(
+        f"model {model}, drafter {drafter} ({args.drafter_tokens} tokens); {args.sessions} sessions x"
+        f" {args.turns} turns, {args.max_tokens} tokens per turn, concurrency {args.concurrency}",
+        flush=True,
+    )
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         # One server at a time, so they never compete for the machine.

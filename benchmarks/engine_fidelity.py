@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
 
     print(
-        f"\n{args.turns} turns x {args.max_tokens} tokens per session, groups of {args.siblings}; draft/accepted tokens\n"
+        f"\n{args.turns} turns x {args.max_tokens} tokens per session, groups of {args.siblings};"
+        " draft/accepted tokens\n"
     )
     head = (
         "C",

@@ -28,9 +28,9 @@ import time
 import numpy as np
 
 from agentspec import DraftIndex
-from agentspec.engine.settings import EngineSettings
-from agentspec.engine.exchange import RedisExchange, RedisExchangeConfig
 from agentspec.draft_budget.speed_model import parse_speed_model
+from agentspec.engine.exchange import RedisExchange, RedisExchangeConfig
+from agentspec.engine.settings import EngineSettings
 from agentspec.testing.redis_server import RedisServer
 
 CONTEXT = 16_000  # tokens of context per request for the engine's rate (agent calls are long)

@@ -57,7 +57,8 @@ def main(
     cache = TokenCache(data, cache_dir)
     names = [s for s in sources.split(",") if s]
     cache.ensure(names)
-    title = f"AL on {replicas} replicas: groups pinned by the rollout client vs spread{' (exchange on)' if exchange else ''}"
+    exchanging = " (exchange on)" if exchange else ""
+    title = f"AL on {replicas} replicas: groups pinned by the rollout client vs spread{exchanging}"
     table = Table(
         "source", "trajectories", *PROPOSERS, "agentspec client / spread", "suffix client / spread", title=title
     )

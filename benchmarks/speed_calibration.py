@@ -24,8 +24,6 @@ import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
-
-from agentspec.draft_budget.speed_model import GPUS, GpuSpec, ModelShape, SpeedModel
 from speed_fit import (
     StepTime,
     StepTimes,
@@ -33,6 +31,8 @@ from speed_fit import (
     relative_errors,
     step_parts,
 )
+
+from agentspec.draft_budget.speed_model import GPUS, GpuSpec, ModelShape, SpeedModel
 
 console = Console()
 FIELDS = ("memory_efficiency", "kv_efficiency", "compute_efficiency", "layer_overhead_s", "step_overhead_s")

@@ -83,8 +83,8 @@ class StepTimes(BaseModel):
         unknown = sorted({row.model for row in times.rows} - set(MODELS) - set(times.shapes))
         if unknown:
             raise ValueError(
-                f"{path}: model shapes {unknown} are neither in agentspec.draft_budget.speed_model.MODELS {sorted(MODELS)}"
-                " nor described in the file's shapes"
+                f"{path}: model shapes {unknown} are neither in agentspec.draft_budget.speed_model.MODELS"
+                f" {sorted(MODELS)} nor described in the file's shapes"
             )
         return times
 

@@ -99,12 +99,13 @@ def _run_sessions(base: str, turns: int, max_tokens: int, tag: str) -> tuple[lis
 
 def first_divergence(ours: list[list[Turn]], plain: list[list[Turn]]) -> str | None:
     """Where the agentspec server's tokens first differ from plain vLLM's, or None."""
-    for task, (a_loop, b_loop) in enumerate(zip(ours, plain)):
-        for turn, (a, b) in enumerate(zip(a_loop, b_loop)):
+    for task, (a_loop, b_loop) in enumerate(zip(ours, plain, strict=False)):
+        for turn, (a, b) in enumerate(zip(a_loop, b_loop, strict=False)):
             if a.token_ids != b.token_ids:
-                at = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), None)
+                at = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids, strict=False)) if x != y), None)
                 at = min(len(a.token_ids), len(b.token_ids)) if at is None else at
-                return f"task {task}, turn {turn + 1}, output token {at} ({a.token_ids[at : at + 1]} vs {b.token_ids[at : at + 1]})"
+                ours_token, plain_token = a.token_ids[at : at + 1], b.token_ids[at : at + 1]
+                return f"task {task}, turn {turn + 1}, output token {at} ({ours_token} vs {plain_token})"
     return None
 
 

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import argparse
 
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.prebuilt import create_react_agent
+
 # Before:
 #   from langchain_openai import ChatOpenAI
 #   llm = ChatOpenAI(model=MODEL, base_url=URL + "/v1", api_key="EMPTY")
 # After:
 from langchain_agentspec import ChatAgentSpec
-from langchain_core.messages import HumanMessage
-from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.prebuilt import create_react_agent
 
 
 @tool

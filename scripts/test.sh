@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up the environment (first run: several minutes) and run the whole test suite, then
+# Set up the environment (first run: several minutes), run the code's checks (scripts/lint.sh:
+# ruff, mypy, import contracts) and the whole test suite, then
 # the base install's check in its own light environment (scripts/test_light.sh), the
 # OpenHands package's tests in their Python 3.12 environment (scripts/test_openhands.sh) and
 # the verl adapter's in verl's own environment (scripts/test_verl.sh); it also builds the
@@ -24,6 +25,8 @@ stage setup scripts/bootstrap.sh
 [ "$status" = 0 ] || exit "$status"
 # The vLLM releases checked from their files alone (the contract tests read the wheels).
 stage wheels scripts/fetch_vllm_wheels.sh
+# ruff, mypy and the import contracts: seconds, before the long runs.
+stage lint scripts/lint.sh
 # Debian's packages the tests use for real: bubblewrap (the example harness confines
 # model-written commands with it) and redis-server (the Redis exchange's tests). Where one
 # cannot be had, its tests skip, saying so.

@@ -123,7 +123,8 @@ def test_the_dashboard_reads_exactly_the_published_series(committed: dict[str, A
             {"agentspec_draft_length_bucket"},
         ),
         (
-            "sum(rate(vllm:spec_decode_num_accepted_tokens_total[5m])) / sum without (engine) (rate(x_total[1m] offset 1h))",
+            "sum(rate(vllm:spec_decode_num_accepted_tokens_total[5m]))"
+            " / sum without (engine) (rate(x_total[1m] offset 1h))",
             {"vllm:spec_decode_num_accepted_tokens_total", "x_total"},
         ),
         ('a_total / on (instance) group_left (level) b{level="rate(c)"} > bool 1e-3 and d', {"a_total", "b", "d"}),

@@ -27,6 +27,26 @@ def test_light_modules_import_nothing_heavy() -> None:
     assert loaded == "[]"
 
 
+def test_the_index_configuration_and_budgets_import_nothing_heavy() -> None:
+    """agentspec.index loads its names on first use, so its configuration and value types,
+    the draft budgets and serve's options come without the index's native code."""
+    loaded = run_python(
+        "import agentspec.index, agentspec.index.policy, agentspec.index.types, agentspec.draft_budget.speed_budget,"
+        " agentspec.engine.launcher.options; import sys; "
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    assert loaded == "[]"
+
+
+def test_the_index_package_lists_what_it_loads() -> None:
+    import agentspec.index
+
+    assert sorted(agentspec.index.__all__) == sorted(agentspec.index._LAZY)
+    assert agentspec.index.DraftIndex.__module__ == "agentspec.index.draft_index"
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        agentspec.index.Nope  # noqa: B018
+
+
 def test_testing_plugin_imports_nothing_heavy() -> None:
     loaded = run_python(
         f"import agentspec.testing.pytest_plugin; import sys; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"

@@ -25,8 +25,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from agentspec.index.types import cut_length
 from agentspec.draft_budget.speed_model import DraftOutcomes, SpeedModel
+from agentspec.index.types import cut_length
 
 __all__ = ["CUT_PROBS", "DraftLimits", "SpeedBudget", "fastest_limits"]
 

@@ -17,9 +17,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentspec import wire
+from agentspec.draft_budget.speed_model import parse_speed_model
 from agentspec.engine.exchange_config import RedisExchangeConfig
 from agentspec.index.policy import IndexConfig
-from agentspec.draft_budget.speed_model import parse_speed_model
 
 #: JSON object of :class:`EngineSettings`; set → the plugin substitutes the proposer.
 ENV_CONFIG = "AGENTSPEC_ENGINE_CONFIG"

@@ -73,7 +73,23 @@ _LAZY: dict[str, str] = {
     "UnknownCallError": "agentspec.errors",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "CallStart",
+    "Candidate",
+    "ChoiceContext",
+    "Draft",
+    "DraftChooser",
+    "DraftIndex",
+    "DraftIndexError",
+    "DraftPolicy",
+    "IndexConfig",
+    "IndexStats",
+    "Level",
+    "ScopeStats",
+    "SeedKind",
+    "SeedLimitError",
+    "UnknownCallError",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agentspec.index.calibration import LevelCalibration
-from agentspec.index.corpus import EMPTY_TREE_DRAFT, Corpus, TreeDraft
 from agentspec.errors import DraftIndexError, SeedLimitError, UnknownCallError
+from agentspec.index.calibration import LevelCalibration
 from agentspec.index.choice import Candidate, ChoiceContext, DraftChooser
+from agentspec.index.corpus import EMPTY_TREE_DRAFT, Corpus, TreeDraft
+from agentspec.index.policy import DraftPolicy, IndexConfig
 from agentspec.index.scopes import Scope, ScopeKey, ScopeKind, ScopeTable
 from agentspec.index.streams import Stream
+from agentspec.index.tokens import as_token_array
 from agentspec.index.types import (
     CallStart,
     Draft,
@@ -32,8 +34,6 @@ from agentspec.index.types import (
     ScopeStats,
     cut_length,
 )
-from agentspec.index.policy import DraftPolicy, IndexConfig
-from agentspec.index.tokens import as_token_array
 from agentspec.wire import SeedKind
 
 __all__ = ["DraftIndex"]
@@ -331,6 +331,7 @@ class DraftIndex:
         if session_key is not None:
             key = ScopeKey(ScopeKind.SESSION, session_key, tenant)
         else:
+            assert group_key is not None  # checked above: one of the two is given
             key = ScopeKey(ScopeKind.GROUP, group_key, tenant)
         existing = self._scopes.get(key)
         already = existing.stats.seeded_tokens if existing is not None else 0

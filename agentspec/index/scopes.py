@@ -36,9 +36,9 @@ from typing import NamedTuple
 import numpy as np
 
 from agentspec.index.corpus import Corpus
+from agentspec.index.policy import IndexConfig
 from agentspec.index.streams import Stream, attach_stream
 from agentspec.index.types import CallStart, ScopeStats
-from agentspec.index.policy import IndexConfig
 
 __all__ = ["Scope", "ScopeKey", "ScopeKind", "ScopeTable"]
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from agentspec.index.corpus import Corpus
-from agentspec.index.types import CallStart
 from agentspec.index.tokens import TokenBuffer, find_last
+from agentspec.index.types import CallStart
 
 __all__ = ["STREAMS_COMPARED", "Stream", "attach_stream", "condensed_resume"]
 

@@ -79,7 +79,7 @@ class TokenBuffer:
     def __init__(self, initial: np.ndarray | None = None) -> None:
         size = 0 if initial is None else len(initial)
         self._data = np.empty(max(64, 2 * size), dtype=np.int32)
-        if size:
+        if initial is not None and size:
             self._data[:size] = initial
         self._size = size
 

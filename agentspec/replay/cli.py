@@ -149,6 +149,7 @@ def bench(
         TimeElapsedColumn,
     )
 
+    from agentspec.draft_budget.speed_model import parse_speed_model
     from agentspec.replay.report import (
         print_report,
         print_speed_table,
@@ -156,7 +157,6 @@ def bench(
         write_plot,
     )
     from agentspec.replay.run import run_replay
-    from agentspec.draft_budget.speed_model import parse_speed_model
 
     try:
         speeds = [parse_speed_model(spec) for spec in speed_model or ()]

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from agentspec.draft_budget.batch_budget import BatchBudget
-from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
 from agentspec.draft_budget.speed_budget import CUT_PROBS
+from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
 from agentspec.replay.calls import CallSpec
 from agentspec.replay.proposer import (
     EMPTY_DRAFT,

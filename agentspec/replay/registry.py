@@ -27,8 +27,8 @@ ENTRY_POINT_GROUP = "agentspec.replay_proposers"
 
 
 def builtin_proposers() -> dict[str, ProposerFactory]:
-    from agentspec.replay.driver_proposer import make_agentspec
     from agentspec.replay.baselines import make_none, make_oracle, make_vllm_ngram, make_vllm_suffix
+    from agentspec.replay.driver_proposer import make_agentspec
 
     return {
         "none": make_none,

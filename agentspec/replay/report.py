@@ -33,7 +33,8 @@ def render_table(result: ReplayResult, baseline: str | None = None, compact: boo
     caption = (
         f"AL = output tokens per decoding step (1.00 = no speculation); accept = accepted / "
         f"drafted tokens; vs oracle (/oracle), vs {baseline} (/base): AL ratios. replicas={s.get('replicas')}"
-        f"{exchanging}, window={s.get('window')}{' with condenser seeding' if s.get('seed_dropped') else ''}, concurrency={s.get('concurrency')}{' in lockstep' if s.get('lockstep') else ''}. Speedup estimate: "
+        f"{exchanging}, window={s.get('window')}{' with condenser seeding' if s.get('seed_dropped') else ''}, "
+        f"concurrency={s.get('concurrency')}{' in lockstep' if s.get('lockstep') else ''}. Speedup estimate: "
         f"{s['cost']['step_ms']} ms/step + {s['cost']['draft_token_ms']} ms/draft token + "
         f"measured drafter time."
     )
@@ -112,9 +113,11 @@ def render_speed_table(table: SpeedTable, baseline: str = "vllm-suffix") -> Tabl
     out = Table(
         title=f"Estimated tokens/s: {table.gpu}, {table.model}, tensor parallel {table.tensor_parallel}",
         caption=(
-            f"Roofline of the decoding step (agentspec.draft_budget.speed_model; docs/speed.md) at {table.context_tokens:,.0f} context "
-            f"tokens per step, with the replay's drafts and measured drafter time. Batch by concurrency (what the KV "
-            f"cache holds): {', '.join(f'{c}→{b}' for c, b in table.batch.items())}. (×: vs {baseline}; k: draft cap; p: probability cut)"
+            f"Roofline of the decoding step (agentspec.draft_budget.speed_model; docs/speed.md) at "
+            f"{table.context_tokens:,.0f} context tokens per step, with the replay's drafts and measured drafter "
+            f"time. Batch by concurrency (what the KV cache holds): "
+            f"{', '.join(f'{c}→{b}' for c, b in table.batch.items())}. (×: vs {baseline}; k: draft cap; "
+            "p: probability cut)"
         ),
         caption_justify="left",
     )

@@ -227,7 +227,7 @@ def summarise(config: ReplayConfig, results: list[SourceResult], wall_s: float) 
         base = {name: record(name, source) for name in config.proposers}
         oracle = base.get("oracle")
         ref = base.get(config.baseline)
-        for name, r in base.items():
+        for r in base.values():
             records.append(
                 r.model_copy(
                     update={

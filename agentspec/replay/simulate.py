@@ -138,7 +138,7 @@ def interleave(trajectories: Sequence[Sequence[ReplayCall]], concurrency: int) -
 def accept_linear(draft: Sequence[int], output: list[int], pos: int) -> int:
     """Length of the longest draft prefix equal to ``output[pos:]``."""
     n = 0
-    for a, b in zip(draft, output[pos : pos + len(draft)]):
+    for a, b in zip(draft, output[pos : pos + len(draft)], strict=False):  # output may end first
         if a != b:
             break
         n += 1
@@ -153,7 +153,7 @@ def accept_tree(token_ids: Sequence[int], parents: Sequence[int], output: list[i
     below it when the tree has one. Siblings carry distinct tokens, so the
     matching path is unique and can be walked down through a (parent, token) map.
     """
-    child = dict(zip(zip(parents, token_ids), range(len(token_ids))))
+    child = dict(zip(zip(parents, token_ids, strict=True), range(len(token_ids)), strict=True))
     node, accepted, end = -1, 0, len(output)
     while pos + accepted < end:
         nxt = child.get((node, output[pos + accepted]))

@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict
 
 from agentspec.draft_budget.batch_budget import BatchBudget
 from agentspec.draft_budget.speed_budget import fastest_limits
-from agentspec.replay.run import ALL, Record, ReplayResult
 from agentspec.draft_budget.speed_model import DraftOutcomes, SpeedModel
+from agentspec.replay.run import ALL, Record, ReplayResult
 
 __all__ = ["CONCURRENCIES", "SpeedRow", "SpeedTable", "speed_table"]
 

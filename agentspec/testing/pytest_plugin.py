@@ -52,6 +52,7 @@ import pytest
 
 from agentspec._extras import install_hint
 from agentspec.testing.redis_server import NO_REDIS, RedisServer, redis_server_binary
+from agentspec.testing.server import ServerStartError
 from agentspec.testing.server_kinds import (
     ENV_SERVER_PYTHON,
     FLEET,
@@ -63,7 +64,6 @@ from agentspec.testing.server_kinds import (
     ServerKind,
     server_python,
 )
-from agentspec.testing.server import ServerStartError
 from agentspec.testing.server_pool import ServerPool
 
 __all__ = [
@@ -233,7 +233,8 @@ def _agentspec_server_pool(
         real_model_dir=real_model.get,
     )
     session = request.session
-    pool = ServerPool(context, session.stash.get(_PLAN, []))
+    plan: list[tuple[ServerKind, ...]] = session.stash.get(_PLAN, [])
+    pool = ServerPool(context, plan)
     session.stash[_POOL] = pool
     session.stash[_REDIS] = redis
     try:

@@ -31,8 +31,8 @@ from typing import Self
 
 import httpx
 
-from agentspec.engine.settings import EngineSettings
 from agentspec.engine.launcher.serve import build_command, build_env
+from agentspec.engine.settings import EngineSettings
 
 #: vLLM options every test server gets: CPU-friendly and deterministic, plus what the
 #: tool-calling tests of the client and integrations need.

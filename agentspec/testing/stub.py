@@ -114,6 +114,7 @@ class StubServer:
             if not self._server.should_exit:
                 return self
             # A stop is under way (in another thread): let it finish, then start afresh.
+            assert self._thread is not None  # running
             self._thread.join(timeout=15)
             if self._thread.is_alive():
                 raise RuntimeError(f"stub server {self.name} did not stop")

@@ -5,7 +5,8 @@
 
        VLLM_SERVER_DEV_MODE=1 agentspec serve Qwen/Qwen2.5-1.5B-Instruct --port 8001 \\
            --weight-transfer-config '{"backend": "nccl"}' \\
-           --worker-extension-cls skyrl.backends.skyrl_train.inference_servers.new_inference_worker_wrap.NewInferenceWorkerWrap
+           --worker-extension-cls \\
+           skyrl.backends.skyrl_train.inference_servers.new_inference_worker_wrap.NewInferenceWorkerWrap
 
 2. See the SkyRL settings that point its generator at them::
 

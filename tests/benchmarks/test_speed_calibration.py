@@ -11,8 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from agentspec.draft_budget.speed_model import GPUS, MODELS, SpeedModel
 from speed_fit import (
     ShapeDims,
     StepTime,
@@ -20,6 +18,8 @@ from speed_fit import (
     fit_speed_model,
     relative_errors,
 )
+
+from agentspec.draft_budget.speed_model import GPUS, MODELS, SpeedModel
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from agentspec import DraftIndex, Level
-from agentspec.index.corpus import TreeDraft
 from agentspec.index.choice import Candidate, ChoiceContext, by_calibrated_score
+from agentspec.index.corpus import TreeDraft
 
 START = ChoiceContext(position=0, last_drafted=0, last_accepted=0)
 

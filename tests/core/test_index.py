@@ -7,8 +7,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentspec import Draft, DraftIndex, DraftIndexError, DraftPolicy, IndexConfig, Level, SeedKind, SeedLimitError
-from agentspec import UnknownCallError
+from agentspec import (
+    Draft,
+    DraftIndex,
+    DraftIndexError,
+    DraftPolicy,
+    IndexConfig,
+    Level,
+    SeedKind,
+    SeedLimitError,
+    UnknownCallError,
+)
 
 NO_GLOBAL = IndexConfig(global_max_tokens=0)
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from agentspec.draft_budget.speed_budget import SpeedBudget
+from agentspec.draft_budget.speed_model import DraftOutcomes, parse_speed_model
 from agentspec.driver import RequestDriver, RequestSpec
 from agentspec.index import DraftIndex
-from agentspec.draft_budget.speed_budget import SpeedBudget
 from agentspec.index.policy import IndexConfig
-from agentspec.draft_budget.speed_model import DraftOutcomes, parse_speed_model
 
 H100_8B = parse_speed_model("h100:8b")
 K = 16

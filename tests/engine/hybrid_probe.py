@@ -26,8 +26,8 @@ def main(target: str, drafter: str, request_path: str, result_path: str) -> None
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-    from agentspec.engine.settings import ENV_CONFIG, DrafterSettings, EngineSettings
     from agentspec.engine.launcher.serve import hybrid_speculative_config
+    from agentspec.engine.settings import ENV_CONFIG, DrafterSettings, EngineSettings
 
     drafter_settings = DrafterSettings(
         model=drafter,

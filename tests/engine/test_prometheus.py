@@ -11,7 +11,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from agentspec.engine.snapshots import SCHEMA_VERSION, SnapshotReader, SnapshotWriter
 from agentspec.engine.api_server.prometheus import (
     SERIES,
     MultiprocessFiles,
@@ -19,6 +18,7 @@ from agentspec.engine.api_server.prometheus import (
     families,
     install,
 )
+from agentspec.engine.snapshots import SCHEMA_VERSION, SnapshotReader, SnapshotWriter
 from agentspec.testing.stats import metric_value
 
 

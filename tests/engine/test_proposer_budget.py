@@ -14,9 +14,9 @@ import pytest
 from engine_helpers import vllm_config_stand_in
 
 from agentspec.draft_budget.batch_budget import BatchBudget
+from agentspec.draft_budget.speed_budget import SpeedBudget
 from agentspec.engine.settings import EngineSettings
 from agentspec.engine.worker.step_log import read_step_log
-from agentspec.draft_budget.speed_budget import SpeedBudget
 
 proposer_mod = pytest.importorskip("agentspec.engine.vllm.proposers", reason="needs vLLM")
 

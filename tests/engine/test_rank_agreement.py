@@ -27,10 +27,10 @@ from agentspec.engine.settings import DrafterSettings, EngineSettings
 hybrid_mod = pytest.importorskip("agentspec.engine.vllm.proposers", reason="needs vLLM")
 import torch  # noqa: E402 - vLLM's dependency
 
-from agentspec.engine.worker import drafting, hybrid_drafting  # noqa: E402
+from agentspec.draft_budget.speed_budget import SpeedBudget  # noqa: E402
 from agentspec.engine.vllm import plugin  # noqa: E402
 from agentspec.engine.vllm import runner as runner_patch  # noqa: E402
-from agentspec.draft_budget.speed_budget import SpeedBudget  # noqa: E402
+from agentspec.engine.worker import drafting, hybrid_drafting  # noqa: E402
 
 K = 8
 SETTINGS = EngineSettings(speed_model="h100:8b", drafter=DrafterSettings(model="org/drafter", num_tokens=4))

@@ -78,7 +78,8 @@ def _first_divergence(ours: list[dict[str, Any]], ref: list[dict[str, Any]]) -> 
         ids_a, ids_b = a["token_ids"], b["token_ids"]
         if ids_a == ids_b:
             continue
-        at = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b)) if x != y), min(len(ids_a), len(ids_b)))
+        shorter = min(len(ids_a), len(ids_b))
+        at = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y), shorter)
         gap = "n/a"
         content = (b.get("logprobs") or {}).get("content") or []
         if at < len(content) and len(content[at].get("top_logprobs") or []) >= 2:

@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 pytest.importorskip("vllm")
 
 from agentspec.engine import settings as engine_settings  # noqa: E402
+from agentspec.engine.launcher.serve import build_env  # noqa: E402
+from agentspec.engine.settings import EngineSettings  # noqa: E402
 from agentspec.engine.vllm import import_hook, plugin, workers  # noqa: E402
 from agentspec.engine.vllm import runner as runner_patch  # noqa: E402
-from agentspec.engine.settings import EngineSettings  # noqa: E402
-from agentspec.engine.launcher.serve import build_env  # noqa: E402
 
 #: What a user gives up with the V1 runner; every refusal names them.
 V2_ONLY = ("prefill context parallel", "DSpark", "adaptive verification", "HiSparse")
@@ -298,8 +298,7 @@ def test_the_hybrid_refuses_async_scheduling(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_the_async_check_reads_the_config() -> None:
-    from agentspec.engine.vllm.proposers import HybridEagleProposer
-    from agentspec.engine.vllm.proposers import AgentspecProposer
+    from agentspec.engine.vllm.proposers import AgentspecProposer, HybridEagleProposer
 
     on = SimpleNamespace(scheduler_config=SimpleNamespace(async_scheduling=True))
     with pytest.raises(plugin.UnsupportedVLLMError, match="--no-async-scheduling"):

@@ -16,7 +16,6 @@ import typer
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
-from agentspec.engine.settings import ENV_CONFIG, DrafterSettings, EngineSettings
 from agentspec.engine.launcher.serve import (
     MIDDLEWARE,
     SERVE_CONTEXT,
@@ -24,6 +23,7 @@ from agentspec.engine.launcher.serve import (
     build_env,
     serve,
 )
+from agentspec.engine.settings import ENV_CONFIG, DrafterSettings, EngineSettings
 
 
 def _app() -> typer.Typer:
@@ -234,7 +234,8 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
         ),
         (
             ["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"method": "suffix"}'],
-            "with --agentspec-drafter the speculative method is draft_model (--agentspec-drafter-method); --speculative-config has 'suffix'",
+            "with --agentspec-drafter the speculative method is draft_model (--agentspec-drafter-method);"
+            " --speculative-config has 'suffix'",
         ),
         (
             ["m", "--agentspec-drafter", "org/drafter", "--speculative-config", '{"model": "other/drafter"}'],
@@ -270,7 +271,8 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
         ),
         (
             ["m", "--speculative-config", '{"method": "draft_model", "model": "d"}'],
-            "--speculative-config has method 'draft_model' (for a model drafter beside the index, use --agentspec-drafter)",
+            "--speculative-config has method 'draft_model'"
+            " (for a model drafter beside the index, use --agentspec-drafter)",
         ),
         (
             ["m", "--agentspec-drafter", "org/drafter", "--agentspec-drafter-method", "medusa"],
@@ -286,7 +288,8 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
                 "--speculative-config",
                 '{"method": "eagle"}',
             ],
-            "with --agentspec-drafter the speculative method is eagle3 (--agentspec-drafter-method); --speculative-config has 'eagle'",
+            "with --agentspec-drafter the speculative method is eagle3 (--agentspec-drafter-method);"
+            " --speculative-config has 'eagle'",
         ),
         (
             ["m", "--agentspec-drafter-method", "eagle"],

@@ -228,12 +228,9 @@ def test_cpu_worker_runner_choice() -> None:
 def test_runner_module_global_draft_model_proposer() -> None:
     # Swapped like the suffix proposer; the runner builds it as (vllm_config, device, runner).
     from vllm.v1.spec_decode.draft_model import DraftModelProposer
-
-    from agentspec.engine.vllm.proposers import HybridProposer
-
     from vllm.v1.spec_decode.eagle import EagleProposer
 
-    from agentspec.engine.vllm.proposers import HybridEagleProposer
+    from agentspec.engine.vllm.proposers import HybridEagleProposer, HybridProposer
 
     source = inspect.getsource(GPUModelRunner.__init__)
     for parent, child_cls in ((DraftModelProposer, HybridProposer), (EagleProposer, HybridEagleProposer)):

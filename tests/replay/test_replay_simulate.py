@@ -6,12 +6,12 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from agentspec.client.routing import pick_backend
 from agentspec.driver import TokenSeed
 from agentspec.replay import ReplayConfig, replay_workloads
 from agentspec.replay.calls import CallSpec
 from agentspec.replay.config import Routing
 from agentspec.replay.proposer import Proposer, ProposerSettings, ReplayDraft
-from agentspec.client.routing import pick_backend
 from agentspec.replay.simulate import (
     ClientRouting,
     Tally,

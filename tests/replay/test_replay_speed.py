@@ -13,11 +13,11 @@ from typer.testing import CliRunner
 
 from agentspec.draft_budget.batch_budget import BatchBudget
 from agentspec.draft_budget.speed_budget import CUT_PROBS, fastest_limits
+from agentspec.draft_budget.speed_model import DraftOutcomes, parse_speed_model
 from agentspec.replay.cli import bench
 from agentspec.replay.config import ReplayConfig
 from agentspec.replay.run import ReplayResult, run_replay
 from agentspec.replay.speed_table import CONCURRENCIES, NO_SPECULATION, speed_table
-from agentspec.draft_budget.speed_model import DraftOutcomes, parse_speed_model
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,9 @@ def chars(text: str) -> list[int]:
 
 
 def write_data(path: Path) -> None:
-    m = lambda r, c: {"role": r, "content": c}
+    def m(r: str, c: str) -> dict[str, str]:
+        return {"role": r, "content": c}
+
     rows = [
         {
             "id": "a1",
@@ -83,7 +85,10 @@ def cache(tmp_path: Path) -> TokenCache:
 def test_chatml_prompts_and_outputs(cache: TokenCache) -> None:
     src = cache.load("agentish")
     (calls,) = src.workload()
-    msg = lambda r, c: [1, *chars(f"{r}\n{c}"), 2, *chars("\n")]
+
+    def msg(r: str, c: str) -> list[int]:
+        return [1, *chars(f"{r}\n{c}"), 2, *chars("\n")]
+
     header = [1, *chars("assistant\n")]
     assert calls[0].prompt().tolist() == msg("system", "S") + msg("user", "do") + header
     assert calls[1].prompt().tolist() == (
@@ -118,7 +123,10 @@ def test_condenser_seeding_sends_what_the_window_drops_once(cache: TokenCache) -
     (calls,) = src.workload(window=len(head) + 3, seed_dropped=True)
     assert calls[0].seeds() == ()  # the first call fits
     seeds = calls[1].seeds()
-    msg = lambda r, c: [1, *chars(f"{r}\n{c}"), 2, *chars("\n")]
+
+    def msg(r: str, c: str) -> list[int]:
+        return [1, *chars(f"{r}\n{c}"), 2, *chars("\n")]
+
     assert [list(s.token_ids) for s in seeds] == [msg("assistant", "ok"), msg("user", "more")]
     assert {s.kind.value for s in seeds} == {"prior_turn"}
     (plain,) = src.workload(window=len(head) + 3)

@@ -165,8 +165,9 @@ SERIES: tuple[Series, ...] = (
            _value("engine", "calls_started_total")),
     Series("agentspec_calls_finished", "counter", "Requests released (finished or aborted) as vLLM reported them.",
            (), _value("engine", "calls_finished_total")),
-    Series("agentspec_index_new_tokens", "counter", "Prompt tokens indexed at call start (new to the session's stream).",
-           (), _value("engine", "index_new_tokens_total")),
+    Series("agentspec_index_new_tokens", "counter",
+           "Prompt tokens indexed at call start (new to the session's stream).", (),
+           _value("engine", "index_new_tokens_total")),
     Series("agentspec_index_reused_tokens", "counter",
            "Prompt tokens already indexed by the session, not indexed again.", (),
            _value("engine", "index_reused_tokens_total")),
@@ -186,8 +187,9 @@ SERIES: tuple[Series, ...] = (
            _value("engine", "retired_output_tokens_total")),
     Series("agentspec_policy_version", "gauge", "The live policy version (RL weight updates).", (),
            _value("engine", "policy_version")),
-    Series("agentspec_budget_limited_steps", "counter", "Draft steps whose budget the batch size cut below the maximum.",
-           (), _value("engine", "budget_limited_steps_total")),
+    Series("agentspec_budget_limited_steps", "counter",
+           "Draft steps whose budget the batch size cut below the maximum.", (),
+           _value("engine", "budget_limited_steps_total")),
     Series("agentspec_budget_off_steps", "counter", "Draft steps with drafting switched off by the batch size.", (),
            _value("engine", "budget_off_steps_total")),
     Series("agentspec_draft_budget", "gauge", "Draft budget (tokens per request) of the latest step.", (),
@@ -261,9 +263,9 @@ def families(snapshots: Iterable[Mapping[str, Any]], model_name: str = "") -> li
         for snap in snaps:
             base = [str(snap.get("model_name") or model_name), str(snap.get("engine_index", "0"))]
             for extra, value in series.read(snap):
-                if series.kind == "histogram":
+                if isinstance(family, HistogramMetricFamily):
                     buckets, total = _histogram_buckets(value)
-                    family.add_metric([*base, *extra], buckets, total)  # type: ignore[call-arg]
+                    family.add_metric([*base, *extra], buckets, total)
                 else:
                     family.add_metric([*base, *extra], float(value or 0))
         out.append(family)

@@ -156,7 +156,8 @@ class RedisExchange:
         self.max_pending, self.max_inbound, self.max_poll = max_pending, max_inbound, max_poll
         self.batch, self.block_s = batch, block_s
         self._errors = (redis.RedisError, OSError)
-        self._client = redis.Redis.from_url(
+        # Any: redis-py types its replies for sync and async clients at once.
+        self._client: Any = redis.Redis.from_url(
             config.url, socket_connect_timeout=2.0, socket_timeout=block_s + 5.0, health_check_interval=0
         )
         self._seq = 0

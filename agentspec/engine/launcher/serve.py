@@ -219,7 +219,8 @@ def serve(ctx: typer.Context, **values: Any) -> None:
 
     The model comes first (agentspec serve ./my-model --port 8000) or as --model, anywhere.
 
-    Every option not listed below is vLLM's: it passes through, checked by vLLM's own parser. vLLM's options: python -m agentspec.engine.vllm.launch --help
+    Every option not listed below is vLLM's: it passes through, checked by vLLM's own parser.
+    vLLM's options: python -m agentspec.engine.vllm.launch --help
     """
     dry_run = bool(values.pop("dry_run", False))
     # By name: typer ships its own copy of click, whose ParameterSource is another class.

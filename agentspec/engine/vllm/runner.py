@@ -86,10 +86,10 @@ def patch_runner(module: ModuleType) -> None:
     """Patch the V1 runner module (see the module's docstring)."""
     if is_patched(module):
         return
-    from agentspec.engine.worker.drafting import SessionDrafting
-    from agentspec.engine.worker.hybrid_drafting import HybridDrafting
     from agentspec.engine.vllm import fixes
     from agentspec.engine.vllm.proposers import AgentspecProposer, HybridEagleProposer, HybridProposer
+    from agentspec.engine.worker.drafting import SessionDrafting
+    from agentspec.engine.worker.hybrid_drafting import HybridDrafting
 
     found = {
         key: surface.find(module, key)

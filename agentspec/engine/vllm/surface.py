@@ -23,7 +23,7 @@ import inspect
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
@@ -395,7 +395,7 @@ def sources_of_directory(root: str | Path) -> Sources:
     """The sources under ``root``, the folder holding the ``vllm`` package."""
     root = Path(root)
     return _sources(
-        (file.relative_to(root).as_posix(), lambda file=file: file.read_text(encoding="utf-8"))
+        (file.relative_to(root).as_posix(), partial(file.read_text, encoding="utf-8"))
         for file in (root / "vllm").rglob("*.py")
     )
 
@@ -403,9 +403,11 @@ def sources_of_directory(root: str | Path) -> Sources:
 def sources_of_wheel(wheel: str | Path) -> Sources:
     """The sources in a vLLM wheel (``pip download --no-deps vllm==X``), not unpacked."""
     archive = zipfile.ZipFile(wheel)
-    return _sources(
-        (member, lambda member=member: archive.read(member).decode("utf-8")) for member in archive.namelist()
-    )
+    return _sources((member, partial(_read_member, archive, member)) for member in archive.namelist())
+
+
+def _read_member(archive: zipfile.ZipFile, member: str) -> str:
+    return archive.read(member).decode("utf-8")
 
 
 def _star_modules(tree: ast.Module, module: str, is_package: bool) -> list[str]:

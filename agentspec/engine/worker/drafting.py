@@ -46,8 +46,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from agentspec import wire
 from agentspec._extras import missing_message
 from agentspec.draft_budget.batch_budget import BatchBudget, DraftBudget
+from agentspec.draft_budget.speed_budget import SpeedBudget
+from agentspec.draft_budget.speed_model import parse_speed_model
 from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
-from agentspec.engine.settings import EngineSettings, load_settings
 from agentspec.engine.exchange import (
     Exchange,
     PeerOutput,
@@ -56,13 +57,12 @@ from agentspec.engine.exchange import (
     open_exchange,
 )
 from agentspec.engine.exchange_config import redacted
+from agentspec.engine.settings import EngineSettings, load_settings
 from agentspec.engine.snapshots import SnapshotWriter
-from agentspec.engine.worker.step_log import StepLog, step_log_path
 from agentspec.engine.tenancy import SHARED_TENANT
+from agentspec.engine.worker.step_log import StepLog, step_log_path
 from agentspec.errors import DraftIndexError
 from agentspec.index import DraftIndex
-from agentspec.draft_budget.speed_budget import SpeedBudget
-from agentspec.draft_budget.speed_model import parse_speed_model
 
 if TYPE_CHECKING:
     from vllm.config.vllm import VllmConfig

@@ -132,14 +132,14 @@ class HybridDrafting(SessionDrafting):
             num_tokens = int(input_batch.num_tokens_no_spec[i]) + len(sampled)
             room = self.max_model_len - num_tokens - 1
             draft = self._index_draft(input_batch, i, req_id, sampled, num_tokens, min(budget, room))
-            tokens = len(draft.token_ids) if draft is not None else 0
+            index_len = len(draft.token_ids) if draft is not None else 0
             expected = 0.0
             if draft is not None:
                 spec = self.driver.spec(req_id)
                 expected = self.index.expected_accepted(draft, spec.tenant if spec is not None else "")
             model_len = max(0, min(model_cap, room)) if self.driver.may_draft(req_id) else 0
-            path = choose(tokens, expected, model_len, model_expected)
-            if path is not DraftPath.SUFFIX and tokens:
+            path = choose(index_len, expected, model_len, model_expected)
+            if path is not DraftPath.SUFFIX and index_len:
                 self.driver.withdraw(req_id)
             suffix.append(draft)
             paths.append(path)
@@ -156,6 +156,7 @@ class HybridDrafting(SessionDrafting):
         probs = self._model_draft_probs()
 
         drafts: list[list[int]] = []
+        tokens: list[int]
         for i, path in enumerate(paths):
             req_id = input_batch.req_ids[i]
             if path is DraftPath.SUFFIX:

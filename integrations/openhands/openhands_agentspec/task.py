@@ -3,7 +3,8 @@
 ```python
 task = AgentspecTask("http://router:30000", "qwen-coder", task_id="django__django-11099")
 llm = task.llm(max_output_tokens=2048)
-agent = Agent(llm=llm, tools=[...], condenser=task.condenser(LLMSummarizingCondenser(llm=llm.model_copy(update={"usage_id": "condenser"}))))
+summarizer = LLMSummarizingCondenser(llm=llm.model_copy(update={"usage_id": "condenser"}))
+agent = Agent(llm=llm, tools=[...], condenser=task.condenser(summarizer))
 attempt = task.attempt()
 conversation = Conversation(agent=agent, workspace=repo, conversation_id=attempt.conversation_id,
                             callbacks=attempt.callbacks)

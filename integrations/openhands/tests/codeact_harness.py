@@ -22,10 +22,10 @@ from openhands.sdk.context.condenser.base import CondenserBase
 from openhands.sdk.event import ActionEvent, Event
 from openhands.tools.file_editor import FileEditorTool
 from openhands.tools.terminal import TerminalTool
-from openhands_agentspec import AgentspecTask, TaskAttempt
 
 from agentspec import wire
 from agentspec.testing.stats import session_stats
+from openhands_agentspec import AgentspecTask, TaskAttempt
 
 #: Short, so that the tiny model's 2048-token context holds several steps.
 SYSTEM_PROMPT = "You are a coding agent. Use the terminal and the file editor."

@@ -50,8 +50,8 @@ class EngineActor:
     ) -> None:
         import httpx  # noqa: F401 - fail here, in the actor, if the client is missing
 
-        from agentspec.engine.settings import EngineSettings
         from agentspec.engine.launcher.serve import build_command, build_env
+        from agentspec.engine.settings import EngineSettings
 
         self.port = _free_port()
         workdir = tempfile.mkdtemp(prefix="agentspec-engine-")

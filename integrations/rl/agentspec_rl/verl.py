@@ -135,7 +135,8 @@ def request_fields(sampling_params: Mapping[str, Any], prompt_len: int, defaults
         room = defaults.max_model_len - prompt_len
         if room < 1:
             raise ValueError(
-                f"a prompt of {prompt_len} tokens leaves no room to generate within max_model_len={defaults.max_model_len}"
+                f"a prompt of {prompt_len} tokens leaves no room to generate"
+                f" within max_model_len={defaults.max_model_len}"
             )
         max_tokens = min(max_tokens, room)
     params.setdefault("repetition_penalty", defaults.repetition_penalty)

@@ -15,6 +15,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from agentspec import wire
+from agentspec.engine.settings import EngineSettings
+from agentspec.testing.pytest_plugin import TEST_INDEX_CONFIG
+from agentspec.testing.server import TEST_SERVER_ARGS
+from agentspec.testing.stats import metric_value, scrape, session_stats
 from agentspec_rl import (
     EnvStep,
     RolloutClient,
@@ -22,12 +28,6 @@ from agentspec_rl import (
     SampleState,
     SamplingParams,
 )
-
-from agentspec import wire
-from agentspec.engine.settings import EngineSettings
-from agentspec.testing.pytest_plugin import TEST_INDEX_CONFIG
-from agentspec.testing.server import TEST_SERVER_ARGS
-from agentspec.testing.stats import metric_value, scrape, session_stats
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'agentspec-rl[ray]')")
 from agentspec_rl.ray_pool import EnginePool

@@ -8,6 +8,9 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+
+from agentspec import wire
+from agentspec.testing.stats import session_stats
 from agentspec_rl import (
     AsyncRolloutClient,
     EnvStep,
@@ -16,9 +19,6 @@ from agentspec_rl import (
     SampleState,
     SamplingParams,
 )
-
-from agentspec import wire
-from agentspec.testing.stats import session_stats
 
 pytestmark = pytest.mark.server
 
@@ -149,7 +149,10 @@ def test_an_engine_ahead_of_the_caller_is_named_and_one_behind_catches_up(engine
     # One engine already runs a newer policy than the caller is about to announce.
     assert httpx.post(ahead + wire.POLICY_PATH, json={"version": version + 1}, timeout=60).status_code == 200
     with RolloutClient(engines, "tiny") as client:
-        message = rf"engine {ahead} refused policy version {version}: policy version {version} is older than the live one \({version + 1}\)"
+        message = (
+            rf"engine {ahead} refused policy version {version}: policy version {version}"
+            rf" is older than the live one \({version + 1}\)"
+        )
         with pytest.raises(ValueError, match=message):
             client.on_weight_update(version)
         assert client.policy_version is None  # not every engine took it

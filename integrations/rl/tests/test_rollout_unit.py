@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+
+from agentspec.client import TokenCompletion, Turn
 from agentspec_rl import EnvStep, RolloutClient, SamplingParams
 from agentspec_rl._builder import SampleBuilder
 from agentspec_rl._plan import plan_groups, sample_session_id
-
-from agentspec.client import TokenCompletion, Turn
 
 
 def completion(ids: tuple[int, ...], logprobs: tuple[float, ...] | None, reason: str) -> TokenCompletion:

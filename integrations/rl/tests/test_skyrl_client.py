@@ -27,12 +27,12 @@ from typing import Any
 
 import httpx
 import pytest
-from agentspec_rl import skyrl
-from agentspec_rl.skyrl import with_agentspec
 from test_skyrl_server import PROMPT, skyrl_sampling
 
 from agentspec import wire
 from agentspec.testing.stats import session_stats
+from agentspec_rl import skyrl
+from agentspec_rl.skyrl import with_agentspec
 
 SKYRL_MODULE = "skyrl.backends.skyrl_train.inference_servers.remote_inference_client"
 NOWHERE = "http://127.0.0.1:9"  # port 9 (discard): nothing answers

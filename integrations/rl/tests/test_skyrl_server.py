@@ -25,10 +25,10 @@ from typing import Any
 
 import httpx
 import pytest
-from agentspec_rl.skyrl import AgentspecSessions
 
 from agentspec import wire
 from agentspec.testing.stats import session_stats
+from agentspec_rl.skyrl import AgentspecSessions
 
 pytestmark = pytest.mark.server
 

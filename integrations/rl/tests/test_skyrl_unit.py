@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from agentspec import wire
 from agentspec_rl import skyrl
 from agentspec_rl.skyrl import (
     AgentspecSessions,
@@ -16,8 +18,6 @@ from agentspec_rl.skyrl import (
     skyrl_overrides,
     trajectory_ids,
 )
-
-from agentspec import wire
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "rl" / "skyrl_external_engines.py"
 

@@ -8,6 +8,7 @@ import importlib.util
 import logging
 
 import pytest
+
 from agentspec_rl import verl as adapter
 
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}

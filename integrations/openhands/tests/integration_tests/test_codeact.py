@@ -11,6 +11,7 @@ import pytest
 from codeact_harness import FAILING, CodeAct, wait_stats
 from openhands.sdk.context.condenser import LLMSummarizingCondenser
 from openhands.sdk.event import AgentErrorEvent, Condensation, ObservationEvent
+
 from openhands_agentspec import conversation_stats
 from openhands_agentspec.repair import failed
 

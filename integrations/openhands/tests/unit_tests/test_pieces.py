@@ -20,6 +20,10 @@ from openhands.sdk.event.condenser import Condensation
 from openhands.sdk.llm import Message, MessageToolCall, TextContent
 from openhands.sdk.llm.call_context import LLMCallContext, llm_call_context_scope
 from openhands.tools.terminal import TerminalAction, TerminalObservation
+
+from agentspec import wire
+from agentspec.client import Seed
+from agentspec.testing.stub import StubServer
 from openhands_agentspec import (
     RepairSeeder,
     SeedingCondenser,
@@ -32,10 +36,6 @@ from openhands_agentspec import (
 )
 from openhands_agentspec._endpoint import MAX_PENDING_SEEDS, SeedPoster, split_seeds
 from openhands_agentspec._text import tool_call_text
-
-from agentspec import wire
-from agentspec.client import Seed
-from agentspec.testing.stub import StubServer
 
 
 def message(text: str) -> MessageEvent:
@@ -125,7 +125,9 @@ def test_a_tool_call_is_seeded_as_the_model_writes_it() -> None:
     assert text == '<tool_call>\n{"name": "terminal", "arguments": {"command": "pytest -x"}}\n</tool_call>'
 
 
-@pytest.mark.parametrize(("exit_code", "is_error", "expected"), [(0, False, False), (1, False, True), (-1, False, False), (0, True, True)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("exit_code", "is_error", "expected"), [(0, False, False), (1, False, True), (-1, False, False), (0, True, True)]
+)
 def test_failed_reads_exit_codes_and_errors(exit_code: int, is_error: bool, expected: bool) -> None:
     assert failed(result(action("c", "x"), exit_code, is_error=is_error)) is expected
 

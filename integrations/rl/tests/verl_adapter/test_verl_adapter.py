@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentspec_rl import verl as adapter
 from hydra import compose, initialize_config_module
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 from verl.utils.config import omega_conf_to_dataclass
@@ -32,6 +31,7 @@ from verl.utils.import_utils import load_class_from_fqn
 from verl.workers.rollout.replica import TokenOutput
 
 from agentspec.testing.stats import session_stats
+from agentspec_rl import verl as adapter
 
 PROMPT = [17, 230, 54, 999, 12, 7, 401, 33]
 MANAGER = "agentspec_rl.verl.AgentspecAgentLoopManager"
