@@ -48,14 +48,16 @@ def bench(
     routing: Annotated[
         str,
         typer.Option(
-            help="spread|session|group, or per proposer: 'agentspec=group,vllm-suffix=spread'. "
-            "'auto': group for agentspec and oracle, spread for the vLLM baselines."
+            help="spread|session|group|client, or per proposer: 'agentspec=group,vllm-suffix=spread'."
+            " 'auto': group for agentspec and oracle, spread for the vLLM baselines; client: pinned as the"
+            " session-aware client pins groups."
         ),
     ] = "auto",
     exchange: Annotated[
         bool,
         typer.Option(
             "--exchange",
+            metavar="",
             help="Replicas exchange finished outputs into each other's global corpus (agentspec's"
             " --agentspec-exchange-dir / --agentspec-exchange); proposers that cannot are unaffected.",
         ),
@@ -77,6 +79,7 @@ def bench(
         bool,
         typer.Option(
             "--seed-dropped",
+            metavar="",
             help="Condenser seeding: what --window drops is seeded into the session (prior_turn).",
         ),
     ] = False,
@@ -85,6 +88,7 @@ def bench(
         bool,
         typer.Option(
             "--lockstep",
+            metavar="",
             help="The calls in flight decode a step each in turn, as one server batch does (siblings in flight"
             " draft from each other's partial outputs; agentspec's drafts capped by the server's default batch"
             " budget), not one whole call after another.",
@@ -128,36 +132,25 @@ def bench(
         bool,
         typer.Option(
             "--hybrid-share",
+            metavar="",
             help="Then replay agentspec again, counting the steps where its index has no confident draft"
             " (what a model drafter beside it could draft; no drafter runs), and print their shares"
             " (docs/bench.md).",
         ),
     ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.", metavar="")] = False,
 ) -> None:
     """Replay recorded agent trajectories through draft proposers and compare them."""
     console = Console()
     if (missing := missing_message("bench")) is not None:
         typer.echo(f"error: agentspec bench: {missing}", err=True)
         raise typer.Exit(1)
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TaskID,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
     from agentspec.draft_budget.speed_model import parse_speed_model
-    from agentspec.replay.report import (
-        print_report,
-        print_speed_table,
-        write_json,
-        write_plot,
-    )
-    from agentspec.replay.run import run_replay
 
+    # Inputs are checked before the benchmark's heavy imports (the tokenizer, the index,
+    # vLLM's n-gram function): a mistake is reported at once.
+    if data is not None and not data.is_file():
+        _fail(f"--data: no such file: {data}")
     try:
         speeds = [parse_speed_model(spec) for spec in speed_model or ()]
         default_routing, per_proposer = (None, {}) if routing == "auto" else parse_routing(routing)
@@ -191,6 +184,23 @@ def bench(
         _fail("; ".join(err["msg"].removeprefix("Value error, ") for err in e.errors()))
     except ValueError as e:
         _fail(str(e))
+
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskID,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from agentspec.replay.report import (
+        print_report,
+        print_speed_table,
+        write_json,
+        write_plot,
+    )
+    from agentspec.replay.run import run_replay
 
     def make_progress() -> Progress:
         return Progress(

@@ -96,10 +96,15 @@ def expand_turns(raw_turns: Sequence[dict[str, Any]]) -> tuple[Turn, ...]:
 
 
 def parse_trajectory(obj: dict[str, Any]) -> Trajectory:
+    """One trajectory from its JSON object; :class:`DataFormatError` saying what is wrong."""
+    if not isinstance(obj, dict):
+        raise DataFormatError(f"a trajectory is a JSON object, got {type(obj).__name__}")
     try:
         kind = obj["kind"]
         if kind not in ("agent", "samples", "refine"):
             raise DataFormatError(f"unknown kind {kind!r}")
+        if not isinstance(obj["turns"], list) or not obj["turns"]:
+            raise DataFormatError(f"trajectory {obj.get('id')!r} has no turns")
         return Trajectory(
             id=str(obj["id"]),
             source=str(obj["source"]),
@@ -110,6 +115,10 @@ def parse_trajectory(obj: dict[str, Any]) -> Trajectory:
         )
     except KeyError as e:
         raise DataFormatError(f"trajectory {obj.get('id')!r}: missing field {e}") from e
+    except (TypeError, AttributeError, ValueError) as e:
+        if isinstance(e, DataFormatError):
+            raise
+        raise DataFormatError(f"trajectory {obj.get('id')!r}: malformed turns ({e})") from e
 
 
 def _open_text(path: Path) -> io.TextIOBase:
@@ -122,23 +131,39 @@ def _open_text(path: Path) -> io.TextIOBase:
 
 def iter_raw(path: Path) -> Iterator[dict[str, Any]]:
     """Yield the raw JSON objects of a ``.jsonl`` or ``.jsonl.gz`` file."""
+    for _, obj in iter_numbered(path):
+        yield obj
+
+
+def iter_numbered(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of each trajectory line; :class:`DataFormatError` naming the
+    file and line for one that is not JSON, not an object, or has no ``source``."""
     with _open_text(path) as f:
         for lineno, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataFormatError(f"{path.name}:{lineno}: {e}") from e
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, RecursionError) as e:
+                raise DataFormatError(f"{path.name}:{lineno}: not JSON ({e})") from e
+            if not isinstance(obj, dict):
+                raise DataFormatError(f"{path.name}:{lineno}: a trajectory is a JSON object, got {type(obj).__name__}")
+            if not isinstance(obj.get("source"), str):
+                raise DataFormatError(f"{path.name}:{lineno}: trajectory {obj.get('id')!r} names no source")
+            yield lineno, obj
 
 
 def load_trajectories(path: Path, sources: Sequence[str] | None = None) -> dict[str, list[Trajectory]]:
     """Trajectories by source, in file order. ``sources`` filters (None = all)."""
     wanted = set(sources) if sources else None
     out: dict[str, list[Trajectory]] = {}
-    for obj in iter_raw(path):
+    for lineno, obj in iter_numbered(path):
         if wanted is not None and obj.get("source") not in wanted:
             continue
-        t = parse_trajectory(obj)
+        try:
+            t = parse_trajectory(obj)
+        except DataFormatError as e:
+            raise DataFormatError(f"{path.name}:{lineno}: {e}") from e
         out.setdefault(t.source, []).append(t)
     return out
 

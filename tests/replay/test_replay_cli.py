@@ -136,8 +136,31 @@ def _bundled_bytes() -> bytes:
             ["--baseline", "nope"],
             "baseline 'nope' is not among the proposers run",
         ),
+        (lambda p: p.write_text('{"id": "x"}\n'), [], "data.jsonl.gz:1: trajectory 'x' names no source"),
+        (lambda p: p.write_text("[1, 2]\n"), [], "data.jsonl.gz:1: a trajectory is a JSON object, got list"),
+        (lambda p: p.write_text("\n{oops\n"), [], "data.jsonl.gz:2: not JSON"),
+        (
+            lambda p: p.write_text('{"id": "x", "source": "s", "kind": "agent", "turns": []}\n'),
+            [],
+            "data.jsonl.gz:1: trajectory 'x' has no turns",
+        ),
+        (
+            lambda p: p.write_text('{"id": "x", "source": "s", "kind": "agent", "turns": [{"output": "y"}]}\n'),
+            [],
+            "data.jsonl.gz:1: turn 0: neither messages_in nor prefix_len",
+        ),
     ],
-    ids=["truncated gzip", "empty file", "unknown source", "unknown baseline"],
+    ids=[
+        "truncated gzip",
+        "empty file",
+        "unknown source",
+        "unknown baseline",
+        "no source",
+        "not an object",
+        "not JSON",
+        "no turns",
+        "malformed turn",
+    ],
 )
 def test_bad_input_gets_one_clear_line_and_a_non_zero_exit(
     app: typer.Typer, tmp_path: Path, make: Any, args: list[str], message: str
@@ -155,3 +178,34 @@ def test_bad_input_gets_one_clear_line_and_a_non_zero_exit(
 def test_the_baseline_defaults_to_a_proposer_that_runs(app: typer.Typer, tmp_path: Path) -> None:
     result = run(app, tmp_path, "--proposers", "none,agentspec", "--limit", "2")
     assert "vs none" in result.output.replace("\n", " ")
+
+
+def test_a_missing_file_is_reported_before_the_heavy_imports(tmp_path: Path) -> None:
+    """One line, exit 2, and neither vLLM nor torch imported by then: at once, not after the
+    seconds they take to load."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from agentspec.cli import app\n"
+        f"result = CliRunner().invoke(app, ['bench', '--data', {str(tmp_path / 'nope.jsonl')!r}])\n"
+        "print(result.exit_code)\n"
+        "print(result.output.strip())\n"
+        "print(sorted(m for m in ('vllm', 'torch') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    code_line, message, loaded = out.stdout.strip().splitlines()
+    assert code_line == "2"
+    assert message == f"error: agentspec bench: --data: no such file: {tmp_path / 'nope.jsonl'}"
+    assert loaded == "[]"
+
+
+def test_flags_show_no_type_in_help(app: typer.Typer) -> None:
+    result = CliRunner().invoke(app, ["bench", "--help"], env={"COLUMNS": "200"}, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    for flag in ("--exchange ", "--seed-dropped", "--lockstep", "--hybrid-share", "--quiet"):
+        (line,) = [line for line in result.output.splitlines() if flag in line]
+        assert "<bool>" not in line, line
+    assert "spread|session|group|client" in result.output
