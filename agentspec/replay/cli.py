@@ -250,10 +250,11 @@ def bench(
     print_report(result, console, config.baseline)
     tables = []
     if speeds:
-        from agentspec.replay.speed_table import speed_table
+        from agentspec.replay.speed_table import MeasuredOn, speed_table
 
         try:
-            tables = [speed_table(result, speed) for speed in speeds]
+            measured_on = MeasuredOn.now(own_processes=config.jobs)
+            tables = [speed_table(result, speed, measured_on=measured_on) for speed in speeds]
         except ValueError as e:
             _fail(str(e))
         for table in tables:

@@ -139,8 +139,26 @@ def render_speed_table(table: SpeedTable, baseline: str = "vllm-suffix") -> Tabl
     return out
 
 
+def load_note(table: SpeedTable) -> str | None:
+    """A warning when the drafter times were measured on a busy machine, else where they
+    were measured; None when that was not recorded."""
+    on = table.measured_on
+    if on is None:
+        return None
+    load = f"load average {on.load_1m:.1f} (1 min) / {on.load_5m:.1f} (5 min) on {on.cpus} CPUs"
+    if on.busy:
+        return (
+            f"warning: drafter times measured on a busy machine ({load}, {on.own_processes} of it this replay):"
+            " they are inflated and can turn the ratios around; re-run on a quiet machine"
+        )
+    return f"Drafter times measured at {load}."
+
+
 def print_speed_table(table: SpeedTable, console: Console | None = None, baseline: str = "vllm-suffix") -> None:
-    (console or Console()).print(render_speed_table(table, baseline))
+    console = console or Console()
+    console.print(render_speed_table(table, baseline))
+    if (note := load_note(table)) is not None:
+        console.print(note, style="bold red" if table.measured_on and table.measured_on.busy else None, markup=False)
 
 
 def write_json(result: ReplayResult, path: Path, speed: Sequence[SpeedTable] = ()) -> None:

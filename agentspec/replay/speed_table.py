@@ -14,20 +14,26 @@ concurrency, against no speculation on the same GPU and model:
   choices; agentspec still keeps its index up to date then, so that cost stays).
 
 The oracle's drafter time is not a drafter's (it reads the future), so its row is left out.
+
+The drafter times are measured on this machine, and a busy machine inflates them enough to
+turn the ratios around (at high concurrency a few hundred microseconds per step matter), so
+the table records the load the replay ran under (:class:`MeasuredOn`) and says when it was
+busy.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 from agentspec.draft_budget.batch_budget import BatchBudget
 from agentspec.draft_budget.speed_budget import fastest_limits
 from agentspec.draft_budget.speed_model import DraftOutcomes, SpeedModel
 from agentspec.replay.run import ALL, Record, ReplayResult
 
-__all__ = ["CONCURRENCIES", "SpeedRow", "SpeedTable", "speed_table"]
+__all__ = ["CONCURRENCIES", "MeasuredOn", "SpeedRow", "SpeedTable", "speed_table"]
 
 CONCURRENCIES: tuple[int, ...] = (1, 8, 32, 64, 128)
 NO_SPECULATION = "no speculation"
@@ -47,6 +53,34 @@ class SpeedRow(BaseModel):
     min_probs: dict[int, float] = {}
 
 
+class MeasuredOn(BaseModel):
+    """The machine the drafter times were measured on: its CPUs and load average when the
+    replay ended, and how much of that load was the replay's own processes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cpus: int
+    load_1m: float
+    load_5m: float
+    own_processes: int = 1
+
+    @classmethod
+    def now(cls, own_processes: int = 1) -> MeasuredOn | None:
+        """This machine now; None where the load average is not available."""
+        try:
+            load_1m, load_5m, _ = os.getloadavg()
+        except (AttributeError, OSError):
+            return None
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return cls(cpus=cpus, load_1m=load_1m, load_5m=load_5m, own_processes=own_processes)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def busy(self) -> bool:
+        """Whether other work loaded more than half the CPUs while the replay ran."""
+        return max(self.load_1m, self.load_5m) - self.own_processes > self.cpus / 2
+
+
 class SpeedTable(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -56,6 +90,8 @@ class SpeedTable(BaseModel):
     context_tokens: float
     batch: dict[int, int]
     rows: list[SpeedRow]
+    #: Where the drafter times came from (None: not recorded).
+    measured_on: MeasuredOn | None = None
 
     def row(self, name: str) -> SpeedRow:
         for r in self.rows:
@@ -86,6 +122,7 @@ def speed_table(
     model: SpeedModel,
     concurrencies: Sequence[int] = CONCURRENCIES,
     budget: BatchBudget | None = None,
+    measured_on: MeasuredOn | None = None,
 ) -> SpeedTable:
     """The estimate for every proposer of ``result`` (its records over all sources).
 
@@ -151,4 +188,5 @@ def speed_table(
         context_tokens=context,
         batch={c: model.batch_for(c, context) for c in concurrencies},
         rows=rows,
+        measured_on=measured_on,
     )

@@ -143,3 +143,42 @@ def test_bench_prints_and_writes_the_estimate(tmp_path: Path) -> None:
     ]
     only_oracle = CliRunner().invoke(app, [*common, "--proposers", "oracle", "--speed-model", "h100:8b"])
     assert only_oracle.exit_code == 2 and "oracle is not a drafter" in only_oracle.output
+
+
+@pytest.mark.parametrize(
+    ("load", "own", "busy"),
+    [((0.5, 0.4), 1, False), ((1.4, 1.2), 1, False), ((3.5, 2.0), 1, True), ((3.5, 3.5), 3, False)],
+    ids=["quiet", "this replay alone", "other work", "parallel jobs are the replay's own"],
+)
+def test_the_table_says_when_the_drafter_times_were_measured_on_a_busy_machine(
+    result: ReplayResult, load: tuple[float, float], own: int, busy: bool
+) -> None:
+    """Measured drafter times inflate under load and can turn the ratios around: the table
+    records the load (in its JSON) and the printed table warns when other work exceeded
+    half the CPUs."""
+    from rich.console import Console
+
+    from agentspec.replay.report import print_speed_table
+    from agentspec.replay.speed_table import MeasuredOn
+
+    on = MeasuredOn(cpus=4, load_1m=load[0], load_5m=load[1], own_processes=own)
+    table = speed_table(result, parse_speed_model("h100:8b"), measured_on=on)
+    assert table.model_dump(mode="json")["measured_on"] == {
+        "cpus": 4,
+        "load_1m": load[0],
+        "load_5m": load[1],
+        "own_processes": own,
+        "busy": busy,
+    }
+    console = Console(record=True, width=400)
+    print_speed_table(table, console)
+    text = console.export_text()
+    assert ("warning: drafter times measured on a busy machine" in text) is busy
+    assert "on 4 CPUs" in text
+
+
+def test_this_machines_load_is_read() -> None:
+    from agentspec.replay.speed_table import MeasuredOn
+
+    on = MeasuredOn.now(own_processes=2)
+    assert on is not None and on.cpus >= 1 and on.load_1m >= 0 and on.own_processes == 2
