@@ -10,9 +10,12 @@ with AgentSpecClient(backends=["http://gpu1:8000", "http://gpu2:8000"], model="m
 ```
 
 Integrations that make their own HTTP calls route them with :class:`BackendRouter` (pins,
-health, and the retry machine of :mod:`agentspec.client.attempts`). See docs/client.md.
+health, and the retry machine of :mod:`agentspec.client.attempts`) and write their requests
+with :mod:`agentspec.client.protocol` (the ids and seeds a request carries, the session-stats
+request, and the one mapping of HTTP answers to these errors). See docs/client.md.
 """
 
+from . import protocol
 from .attempts import (
     Attempt,
     CallAttempts,
@@ -29,6 +32,7 @@ from .client import AgentSpecClient, AsyncAgentSpecClient
 from .config import ClientConfig, RetryPolicy, normalise_backend
 from .errors import (
     AgentSpecClientError,
+    AuthenticationError,
     BackendUnavailableError,
     ClientClosedError,
     InvalidIdError,
@@ -51,6 +55,7 @@ __all__ = [
     "AsyncChatStream",
     "AsyncSession",
     "Attempt",
+    "AuthenticationError",
     "BackendRouter",
     "BackendState",
     "BackendUnavailableError",
@@ -85,4 +90,5 @@ __all__ = [
     "describe",
     "normalise_backend",
     "parse_retry_after",
+    "protocol",
 ]

@@ -1,33 +1,19 @@
-"""Sans-I/O helpers shared by the sync and async clients: ids, request bodies, response
-classification, and the events of a streamed chat completion (read by httpx-sse)."""
+"""Sans-I/O helpers shared by the sync and async clients: ids, request bodies and the events
+of a streamed chat completion (read by httpx-sse). What a request carries and how an answer
+maps to the client's errors are :mod:`agentspec.client.protocol`'s, shared with integrations."""
 
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import httpx
+from agentspec.wire import is_valid_id
 
-from agentspec.wire import (
-    GROUP_HEADER,
-    SEEDS_FIELD,
-    SESSION_HEADER,
-    XARG_GROUP,
-    XARG_SESSION,
-    XARGS_FIELD,
-    is_valid_id,
-)
-
-from .attempts import Attempt, Received, parse_retry_after
-from .errors import (
-    BackendUnavailableError,
-    InvalidIdError,
-    ServerRefusedError,
-    SessionNotFoundError,
-)
+from .attempts import Attempt, Received
+from .errors import BackendUnavailableError, InvalidIdError, ServerRefusedError
+from .protocol import session_headers, with_session
 
 
 def check_id(field: str, value: object) -> str:
@@ -48,13 +34,8 @@ def request_headers(
     base: Mapping[str, str],
     extra: Mapping[str, str] | None,
 ) -> dict[str, str]:
-    headers = dict(base)
-    if extra:
-        headers.update(extra)
-    # The ids go last: a caller's header must not split one session across routers.
-    headers[SESSION_HEADER] = session_id
-    headers[GROUP_HEADER] = group_id
-    return headers
+    """The client's headers, the call's ``extra`` ones, and the ids (set last)."""
+    return session_headers(session_id, group_id, {**base, **(extra or {})})
 
 
 def request_body(
@@ -70,62 +51,7 @@ def request_body(
     extra_body = body.pop("extra_body", None)
     if extra_body:
         body.update(extra_body)
-    xargs = dict(body.get(XARGS_FIELD) or {})
-    xargs[XARG_SESSION] = session_id
-    xargs[XARG_GROUP] = group_id
-    body[XARGS_FIELD] = xargs
-    if seeds:
-        body[SEEDS_FIELD] = list(body.get(SEEDS_FIELD) or []) + list(seeds)
-    return body
-
-
-def error_message(response: httpx.Response) -> tuple[str, Any]:
-    """The server's explanation of an error response, and the parsed body."""
-    try:
-        body: Any = response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
-        text = response.text.strip()
-        return (text or response.reason_phrase or "no message"), text
-    if isinstance(body, Mapping):
-        err = body.get("error")
-        if isinstance(err, Mapping) and isinstance(err.get("message"), str):
-            return err["message"], body
-        if isinstance(err, str):
-            return err, body
-        for key in ("message", "detail"):
-            if isinstance(body.get(key), str):
-                return body[key], body
-    return json.dumps(body)[:500], body
-
-
-def classify(response: httpx.Response, backend: str, *, stats: bool = False) -> None:
-    """Raise for a response that is not a success.
-
-    5xx → :class:`BackendUnavailableError` (fail over); other 4xx → :class:`ServerRefusedError`
-    with the server's message (429 too: the retry policy retries it on the same backend;
-    404 on the stats endpoint → :class:`SessionNotFoundError`). Both carry the server's
-    ``Retry-After``. The response body must have been read.
-    """
-    code = response.status_code
-    if 200 <= code < 300:
-        return
-    message, body = error_message(response)
-    retry_after = parse_retry_after(response.headers, time.time())
-    if code >= 500:
-        raise BackendUnavailableError(backend, f"{code}: {message}", status_code=code, retry_after_s=retry_after)
-    if stats and code == 404:
-        raise SessionNotFoundError(code, message, backend=backend, body=body)
-    raise ServerRefusedError(code, message, backend=backend, body=body, retry_after_s=retry_after)
-
-
-def json_body(response: httpx.Response, backend: str, *, stats: bool = False) -> Any:
-    """The JSON of a successful response; raises as :func:`classify` does, and
-    :class:`BackendUnavailableError` for a body that is not JSON."""
-    classify(response, backend, stats=stats)
-    try:
-        return response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BackendUnavailableError(backend, f"malformed JSON response: {exc}") from exc
+    return with_session(body, session_id, group_id, seeds)
 
 
 def stream_error(event: Mapping[str, Any], backend: str) -> Exception:

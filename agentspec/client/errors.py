@@ -15,6 +15,7 @@ from agentspec.wire import ID_RULE
 
 __all__ = [
     "AgentSpecClientError",
+    "AuthenticationError",
     "BackendUnavailableError",
     "ClientClosedError",
     "InvalidIdError",
@@ -110,6 +111,7 @@ class ServerRefusedError(AgentSpecClientError):
         backend: str,
         body: Any = None,
         retry_after_s: float | None = None,
+        param: str | None = None,
     ) -> None:
         self.status_code = status_code
         self.message = message
@@ -117,14 +119,53 @@ class ServerRefusedError(AgentSpecClientError):
         self.body = body
         self.retry_after_s = retry_after_s
         """The server's ``Retry-After`` in seconds (429 and 503 may send one), else None."""
-        super().__init__(f"{backend} refused the request ({status_code}): {message}")
+        self.param = param
+        """The request field the server named as wrong (the wire error body's ``param``), else None."""
+        super().__init__(self._describe())
+
+    def _describe(self) -> str:
+        return f"{self.backend} refused the request ({self.status_code}): {self.message}"
+
+
+class AuthenticationError(ServerRefusedError):
+    """The server answered 401 or 403: it was started with ``--api-key`` and the request
+    carried no key, or another one."""
+
+    def _describe(self) -> str:
+        return (
+            f"{self.backend} refused the API key ({self.status_code}): {self.message}; "
+            "pass the key the server was started with (--api-key)"
+        )
 
 
 class SessionNotFoundError(ServerRefusedError):
     """``GET /agentspec/v1/sessions/{id}``: the server holds no state for the session.
 
     Either no call of the session has reached that server yet, or the server evicted it.
+    ``session_id`` names the session asked for (None when the caller did not say).
     """
+
+    def __init__(
+        self,
+        status_code: int,
+        message: str,
+        *,
+        backend: str,
+        body: Any = None,
+        retry_after_s: float | None = None,
+        param: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        self.session_id = session_id
+        super().__init__(status_code, message, backend=backend, body=body, retry_after_s=retry_after_s, param=param)
+
+    def _describe(self) -> str:
+        if self.session_id is None:
+            return super()._describe()
+        return (
+            f"{self.backend} holds no state for session {self.session_id!r} ({self.status_code}): "
+            "no call of the session has reached that server yet, or the server evicted it"
+        )
 
 
 class StreamInterruptedError(AgentSpecClientError):

@@ -11,13 +11,12 @@ from contextlib import AsyncExitStack, aclosing
 from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
-from urllib.parse import quote
 
 from httpx_sse import aconnect_sse
 
-from agentspec.wire import SEEDS_PATH, SESSION_STATS_PATH
+from agentspec.wire import SEEDS_PATH
 
-from . import _wire
+from . import _wire, protocol
 from ._core import SessionCore, chat_params, token_params
 from ._inflight import AsyncGuard, SyncStreamPump, anext_or_none, run_guarded
 from .attempts import Attempt
@@ -122,9 +121,8 @@ class _SessionBase:
         # The ids go on every request, stats included: a router in front hashes them.
         return _wire.request_headers(self.session_id, self.group_id, self._core.client.headers, None)
 
-    def _stats_url(self, backend: str) -> str:
-        # Ids may hold '/', which must not split the path.
-        return f"{backend}{SESSION_STATS_PATH}{quote(self.session_id, safe='')}"
+    def _stats_request(self, backend: str) -> protocol.StatsRequest:
+        return protocol.session_stats_request(backend, self.session_id, headers=self._headers())
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"backend={self.backend!r}"
@@ -236,10 +234,10 @@ class Session(_SessionBase):
         self._core.check_open()
         for attempt in self._attempts(stats=True):
             with attempt:
-                get = partial(self._client._http.get, self._stats_url(attempt.backend), headers=self._headers())
+                request = self._stats_request(attempt.backend)
+                get = partial(self._client._http.get, request.url, params=request.params, headers=request.headers)
                 response = run_guarded(attempt, get)
-                data = _wire.json_body(response, attempt.backend, stats=True)
-                return SessionStats.model_validate({**data, "backend": attempt.backend})
+                return protocol.read_session_stats(response, attempt.backend, self.session_id)
         raise AssertionError(_UNREACHABLE)
 
     # -- the I/O of one attempt; the retry machine decides the rest -----------------------
@@ -255,7 +253,7 @@ class Session(_SessionBase):
                 headers, body, n_pending = self._core.prepare(attempt.backend, params, extra_headers)
                 post = partial(self._client._http.post, attempt.backend + path, json=body, headers=headers)
                 response = run_guarded(attempt, post)
-                data = _wire.json_body(response, attempt.backend)
+                data = protocol.response_json(response, attempt.backend)
                 self._core.delivered(attempt.backend, n_pending)
                 return data, attempt.backend, attempt.number
         raise AssertionError(_UNREACHABLE)
@@ -276,7 +274,7 @@ class Session(_SessionBase):
                     try:
                         response = pump.open()
                         if response.status_code >= 300:
-                            _wire.classify(response, attempt.backend)
+                            protocol.check_response(response, attempt.backend)
                         self._core.delivered(attempt.backend, n_pending)
                         for data in pump.events():
                             yield from reader.feed(data)
@@ -405,10 +403,10 @@ class AsyncSession(_SessionBase):
         self._core.check_open()
         async for attempt in self._attempts(stats=True):
             with attempt:
-                url = self._stats_url(attempt.backend)
-                response = await AsyncGuard(attempt).run(self._client._http.get(url, headers=self._headers()))
-                data = _wire.json_body(response, attempt.backend, stats=True)
-                return SessionStats.model_validate({**data, "backend": attempt.backend})
+                request = self._stats_request(attempt.backend)
+                get = self._client._http.get(request.url, params=request.params, headers=request.headers)
+                response = await AsyncGuard(attempt).run(get)
+                return protocol.read_session_stats(response, attempt.backend, self.session_id)
         raise AssertionError(_UNREACHABLE)
 
     def _attempts(self, *, stats: bool = False) -> AsyncAttemptIterator:
@@ -422,7 +420,7 @@ class AsyncSession(_SessionBase):
                 headers, body, n_pending = self._core.prepare(attempt.backend, params, extra_headers)
                 guard = AsyncGuard(attempt)
                 response = await guard.run(self._client._http.post(attempt.backend + path, json=body, headers=headers))
-                data = _wire.json_body(response, attempt.backend)
+                data = protocol.response_json(response, attempt.backend)
                 self._core.delivered(attempt.backend, n_pending)
                 return data, attempt.backend, attempt.number
         raise AssertionError(_UNREACHABLE)
@@ -452,7 +450,7 @@ class AsyncSession(_SessionBase):
                         )
                         if source.response.status_code >= 300:
                             await guard.run(source.response.aread())
-                            _wire.classify(source.response, attempt.backend)
+                            protocol.check_response(source.response, attempt.backend)
                         self._core.delivered(attempt.backend, n_pending)
                         events = await stack.enter_async_context(aclosing(source.aiter_sse()))
                         while (event := await guard.run(anext_or_none(events))) is not None:

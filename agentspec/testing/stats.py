@@ -4,13 +4,12 @@ and Prometheus samples of ``/metrics``."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
-from agentspec import wire
+from agentspec.client import SessionNotFoundError, protocol
 
 __all__ = ["metric_value", "scrape", "session_stats"]
 
@@ -22,27 +21,36 @@ def session_stats(
     wait: bool = True,
     timeout_s: float = 10.0,
     until: Callable[[dict[str, Any]], bool] | None = None,
+    headers: Mapping[str, str] | None = None,
+    cache_salt: str | None = None,
 ) -> dict[str, Any] | None:
-    """The session's statistics on the server at ``base``, or None when it holds none.
+    """The session's statistics on the server at ``base`` (the JSON object it answered),
+    or None when it holds none.
 
     ``wait``: the engine publishes statistics a moment after each step, so a session that
     has just run may not be there yet, or not with its last call: ask again for up to
     ``timeout_s`` until it is there and ``until(stats)`` holds (then the last answer is
     returned, whether it holds or not). Without it, one answer (for checking that a server
-    does *not* hold a session).
+    does *not* hold a session). ``headers`` (an API key) and ``cache_salt`` pick the tenant,
+    as for :func:`agentspec.client.protocol.session_stats_request`. Any answer but the
+    statistics or a 404 raises as :func:`agentspec.client.protocol.check_response` does.
     """
-    url = f"{base}{wire.SESSION_STATS_PATH}{quote(session_id, safe='')}"
+    request = protocol.session_stats_request(base, session_id, headers=headers, cache_salt=cache_salt)
     deadline = time.monotonic() + (timeout_s if wait else 0.0)
     stats: dict[str, Any] | None = None
-    while True:
-        r = httpx.get(url, timeout=10)
-        if r.status_code != 404:
-            stats = dict(r.raise_for_status().json())
-            if until is None or until(stats):
+    with httpx.Client(timeout=10) as http:
+        while True:
+            response = http.get(request.url, params=request.params, headers=request.headers)
+            try:
+                stats = dict(protocol.response_json(response, base, session_id=session_id))
+            except SessionNotFoundError:
+                pass
+            else:
+                if until is None or until(stats):
+                    return stats
+            if time.monotonic() >= deadline:
                 return stats
-        if time.monotonic() >= deadline:
-            return stats
-        time.sleep(0.2)
+            time.sleep(0.2)
 
 
 def scrape(base: str) -> str:

@@ -26,9 +26,9 @@ from agentspec.client import (
     SessionClosedError,
     StreamInterruptedError,
     Wait,
-    _wire,
     classify_http_error,
     parse_retry_after,
+    protocol,
 )
 from agentspec.client._core import ClientCore, SessionCore
 
@@ -310,11 +310,11 @@ def test_classify_reads_retry_after_from_the_response() -> None:
     request = httpx.Request("POST", A + "/v1/chat/completions")
     response = httpx.Response(429, headers={"Retry-After": "3"}, json={"error": {"message": "busy"}}, request=request)
     with pytest.raises(ServerRefusedError) as info:
-        _wire.json_body(response, A)
+        protocol.response_json(response, A)
     assert info.value.status_code == 429 and info.value.retry_after_s == 3.0
     response = httpx.Response(503, headers={"Retry-After": "4"}, text="overloaded", request=request)
     with pytest.raises(BackendUnavailableError) as unavailable_info:
-        _wire.json_body(response, A)
+        protocol.response_json(response, A)
     assert unavailable_info.value.retry_after_s == 4.0 and unavailable_info.value.reason == "503: overloaded"
 
 

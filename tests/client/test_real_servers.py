@@ -11,7 +11,6 @@ import threading
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from agentspec.client import (
@@ -23,6 +22,7 @@ from agentspec.client import (
     SessionClosedError,
 )
 from agentspec.client.routing import rendezvous_order
+from agentspec.testing.stats import session_stats
 
 pytestmark = pytest.mark.server
 
@@ -50,8 +50,8 @@ def real_config(servers) -> ClientConfig:
 
 
 def server_stats(url: str, session_id: str) -> dict | None:
-    r = httpx.get(f"{url}/agentspec/v1/sessions/{session_id}", timeout=10)
-    return None if r.status_code == 404 else r.raise_for_status().json()
+    """What the server at ``url`` holds for the session now (None: nothing)."""
+    return session_stats(url, session_id, wait=False)
 
 
 def test_group_lands_on_one_backend(real_config) -> None:

@@ -23,7 +23,9 @@ from langchain_core.runnables.config import ensure_config, var_child_runnable_co
 from agentspec.wire import ID_RULE, is_valid_id
 
 __all__ = [
+    "GROUP_ARG",
     "GROUP_METADATA_KEY",
+    "SESSION_ARG",
     "SESSION_METADATA_KEY",
     "THREAD_METADATA_KEY",
     "CallIds",
@@ -34,6 +36,10 @@ __all__ = [
     "with_session_metadata",
 ]
 
+#: The call arguments (``llm.invoke(..., session_id=...)``) and model fields naming the
+#: session and group. The wire's names are agentspec.wire's, whatever these are called.
+SESSION_ARG: Final = "session_id"
+GROUP_ARG: Final = "group_id"
 SESSION_METADATA_KEY: Final = "agentspec_session_id"
 GROUP_METADATA_KEY: Final = "agentspec_group_id"
 THREAD_METADATA_KEY: Final = "thread_id"
@@ -145,7 +151,7 @@ def resolve_ids(
     session_id: str | None
     source: str | None
     if call_session_id is not None:
-        session_id, source = check_id("session_id", call_session_id), "call"
+        session_id, source = check_id(SESSION_ARG, call_session_id), "call"
     elif model_session_id is not None:
         session_id, source = model_session_id, "model"
     elif metadata.get(SESSION_METADATA_KEY) is not None:
@@ -158,7 +164,7 @@ def resolve_ids(
 
     group_id: str | None
     if call_group_id is not None:
-        group_id = check_id("group_id", call_group_id)
+        group_id = check_id(GROUP_ARG, call_group_id)
     elif model_group_id is not None:
         group_id = model_group_id
     elif metadata.get(GROUP_METADATA_KEY) is not None:

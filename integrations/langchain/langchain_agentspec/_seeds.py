@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from agentspec.client import Seed
+from agentspec.client import Seed, protocol
 
 __all__ = ["SeedBook"]
 
@@ -70,4 +70,5 @@ class SeedBook:
 
     @staticmethod
     def wire(seeds: Sequence[Seed]) -> list[dict[str, Any]]:
-        return [s.to_wire() for s in seeds]
+        """The seeds as entries of ``agentspec_seeds``."""
+        return protocol.seeds_field(seeds)

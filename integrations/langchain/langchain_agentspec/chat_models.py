@@ -12,6 +12,10 @@ this class adds happens around each call:
 3. with several ``backends`` it pins the group to one of them by agentspec's rendezvous
    hashing with bounded load, marks a backend down when it fails, and retries the call on
    another one while no output has reached the caller.
+
+What a request carries and the session-stats request are agentspec's protocol layer
+(:mod:`agentspec.client.protocol`); the seed and statistics methods live in
+``_session_api`` (mixed in), so this module holds the ``ChatOpenAI`` subclass and its routing.
 """
 
 from __future__ import annotations
@@ -21,13 +25,11 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, Self
-from urllib.parse import quote
 
-import httpx
 from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
     CallbackManagerForLLMRun,
@@ -36,31 +38,17 @@ from langchain_core.language_models import LanguageModelInput
 from langchain_core.language_models.chat_models import LangSmithParams
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables import RunnableConfig
 from langchain_openai import ChatOpenAI
-from pydantic import Field, PrivateAttr, SecretStr, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
-from agentspec.client import (
-    Attempt,
-    BackendRouter,
-    RetryPolicy,
-    Seed,
-    ServerRefusedError,
-    SessionNotFoundError,
-    SessionStats,
-)
-from agentspec.wire import (
-    GROUP_HEADER,
-    SEEDS_FIELD,
-    SESSION_HEADER,
-    SESSION_STATS_PATH,
-    SeedKind,
-    SeedScope,
-)
+from agentspec.client import Attempt, BackendRouter, RetryPolicy, Seed, protocol
 
 from ._backends import classify_failure, make_router, normalise_backend, retry_policy
-from ._ids import CallIds, check_id, resolve_ids, run_metadata, with_session_metadata
+from ._ids import GROUP_ARG, SESSION_ARG, CallIds, check_id, resolve_ids, run_metadata, with_session_metadata
 from ._seeds import SeedBook
+from ._session_api import AgentSpecSession, SessionAPI
+from ._stats import NO_KEY
 
 __all__ = ["AgentSpecSession", "ChatAgentSpec", "merge_extra_body"]
 
@@ -68,8 +56,6 @@ logger = logging.getLogger(__name__)
 
 BASE_URL_ENV: Final = "AGENTSPEC_BASE_URL"
 API_KEY_ENV: Final = "AGENTSPEC_API_KEY"
-# vLLM accepts any key unless started with --api-key; the OpenAI SDK insists on one.
-_NO_KEY: Final = "EMPTY"
 # How many sessions' last backend is remembered for get_session_stats().
 _MAX_REMEMBERED_SESSIONS: Final = 10_000
 _UNREACHABLE: Final = "unreachable: a call's attempts end by returning or raising"
@@ -146,7 +132,7 @@ class _CallAttempt:
         return retry
 
 
-class ChatAgentSpec(ChatOpenAI):
+class ChatAgentSpec(SessionAPI, ChatOpenAI):
     r"""Chat model for vLLM servers run by ``agentspec serve`` (or plain vLLM).
 
     A drop-in replacement for ``ChatOpenAI`` pointed at vLLM: only the class name and its
@@ -268,8 +254,8 @@ class ChatAgentSpec(ChatOpenAI):
                 values.pop(k, None)
             values["base_url"] = _api_base(given_url)
         if not any(values.get(k) is not None for k in ("api_key", "openai_api_key")):
-            values["api_key"] = os.environ.get(API_KEY_ENV) or _NO_KEY
-        for key in ("session_id", "group_id"):
+            values["api_key"] = os.environ.get(API_KEY_ENV) or NO_KEY
+        for key in (SESSION_ARG, GROUP_ARG):
             if values.get(key) is not None:
                 values[key] = check_id(key, values[key])
         return values
@@ -344,105 +330,14 @@ class ChatAgentSpec(ChatOpenAI):
         async for chunk in super().astream(input, with_session_metadata(config), stop=stop, **kwargs):
             yield chunk
 
-    # -- sessions and seeds ---------------------------------------------------------------
-
-    def _helper_session(self, session_id: str | None) -> str:
-        """The session a helper (seed, stats) acts on: argument, model, enclosing run."""
-        if session_id is not None:
-            return check_id("session_id", session_id)
-        ids = resolve_ids(
-            call_session_id=None,
-            call_group_id=None,
-            model_session_id=self.session_id,
-            model_group_id=self.group_id,
-            metadata=run_metadata(None),
-        )
-        if ids.session_id is None:
-            msg = (
-                "no session: pass session_id=..., set it on the model, or call from inside "
-                "a run whose config names one (agentspec_session_id or LangGraph thread_id)"
-            )
-            raise ValueError(msg)
-        return ids.session_id
-
-    def session(self, session_id: str | None = None, group_id: str | None = None) -> AgentSpecSession:
-        """A handle on one session: ``seed``, ``repair``, ``stats`` and a bound runnable.
-
-        ```python
-        s = llm.session("ticket-42")
-        s.repair(failed_patch, feedback=test_output)
-        s.runnable.invoke(messages)   # this call carries the seeds
-        print(s.stats().calls)
-        ```
-        """
-        sid = self._helper_session(session_id)
-        gid = check_id("group_id", group_id) if group_id is not None else None
-        return AgentSpecSession(self, sid, gid)
-
-    def add_seed(
-        self,
-        content: str | Sequence[int],
-        *,
-        kind: SeedKind | str = SeedKind.PRIOR_TURN,
-        scope: SeedScope | str = SeedScope.SESSION,
-        session_id: str | None = None,
-    ) -> None:
-        """Put text (or token ids) into a session's draft index with its next call.
-
-        (Named ``add_seed`` because ``seed`` is ChatOpenAI's sampling-seed field;
-        ``llm.session(id).seed(...)`` is the same call.)
-
-        Use it for what the next turns will likely repeat but the prompt no longer holds:
-        turns a condenser dropped, a file about to be rewritten, a sibling's output.
-        ``scope="group"`` seeds the session's group (shared by its sibling sessions).
-        Seeds only guide drafting; the model never sees them.
-
-        Args:
-            content: text, or token ids of the served model's tokenizer.
-            kind: ``prior_turn``, ``repair_attempt``, ``sibling_output`` or ``document``.
-            scope: ``session`` or ``group``.
-            session_id: the session; default: the model's, else the enclosing run's.
-
-        Raises:
-            ValueError: empty content, unknown kind or scope, or more pending seeds than
-                the server takes in one request.
-        """
-        sid = self._helper_session(session_id)
-        self._seed_book.add(sid, [Seed.of(content, kind, scope)])
-
-    def repair(
-        self,
-        failed_attempt: str | Sequence[int],
-        feedback: str | None = None,
-        *,
-        session_id: str | None = None,
-    ) -> None:
-        """Seed a failed attempt that the session's next turn will likely rewrite.
-
-        ``failed_attempt`` goes in as ``repair_attempt``; ``feedback`` (an error, a failing
-        test's output), when given, as ``document``, since a fix often quotes it. Put the
-        feedback in the next call's messages too: seeds never reach the model itself.
-        """
-        sid = self._helper_session(session_id)
-        seeds = [Seed.of(failed_attempt, "repair_attempt", "session")]
-        if feedback:
-            seeds.append(Seed.of(feedback, "document", "session"))
-        self._seed_book.add(sid, seeds)
-
-    def pending_seeds(self, session_id: str | None = None) -> list[dict[str, Any]]:
-        """The session's seeds not yet sent, as they will appear on the wire."""
-        return SeedBook.wire(self._seed_book.peek(self._helper_session(session_id)))
-
-    def discard_seeds(self, session_id: str | None = None) -> int:
-        """Drop the session's unsent seeds (e.g. after the server refused one); the count."""
-        return self._seed_book.discard(self._helper_session(session_id))
+    # -- where a session goes -------------------------------------------------------------
 
     def backend_for(self, session_id: str | None = None, group_id: str | None = None) -> str:
         """The backend base URL (without ``/v1``) a session's (or group's) calls go to."""
         if self._pool is None:
             return normalise_backend(str(self.openai_api_base))
         if group_id is not None:
-            return self._pick(check_id("group_id", group_id))
+            return self._pick(check_id(GROUP_ARG, group_id))
         sid = self._helper_session(session_id)
         with self._state_lock:
             known = self._session_backend.get(sid)
@@ -456,86 +351,25 @@ class ChatAgentSpec(ChatOpenAI):
         assert backend is not None
         return backend
 
-    def get_session_stats(self, session_id: str | None = None) -> SessionStats:
-        """The server's statistics of a session (``GET /agentspec/v1/sessions/{id}``).
-
-        Asks the backend the session's calls went to.
-
-        Raises:
-            SessionNotFoundError: that server holds no state for the session.
-            ServerRefusedError: any other 4xx.
-            httpx.HTTPError: the server could not be reached or answered 5xx.
-        """
-        sid = self._helper_session(session_id)
-        backend = self.backend_for(sid)
-        with httpx.Client(timeout=self.stats_timeout_s) as http:
-            response = http.get(self._stats_url(backend, sid), headers=self._stats_headers(sid))
-        return self._parse_stats(response, backend)
-
-    async def aget_session_stats(self, session_id: str | None = None) -> SessionStats:
-        """Async twin of :meth:`get_session_stats`."""
-        sid = self._helper_session(session_id)
-        backend = self.backend_for(sid)
-        async with httpx.AsyncClient(timeout=self.stats_timeout_s) as http:
-            response = await http.get(self._stats_url(backend, sid), headers=self._stats_headers(sid))
-        return self._parse_stats(response, backend)
-
-    @staticmethod
-    def _stats_url(backend: str, session_id: str) -> str:
-        # Ids may hold '/', which must not split the path.
-        return f"{backend}{SESSION_STATS_PATH}{quote(session_id, safe='')}"
-
-    def _stats_headers(self, session_id: str) -> dict[str, str]:
-        headers = dict(self.default_headers or {})
-        # A router in front hashes the session header: stats must reach the same server.
-        headers[SESSION_HEADER] = session_id
-        key = self.openai_api_key
-        # A callable key (token provider) is left to the OpenAI client: stats send none.
-        secret = key.get_secret_value() if isinstance(key, SecretStr) else None
-        if secret and secret != _NO_KEY:
-            headers["Authorization"] = f"Bearer {secret}"
-        return headers
-
-    @staticmethod
-    def _parse_stats(response: httpx.Response, backend: str) -> SessionStats:
-        if response.status_code == 404:
-            raise SessionNotFoundError(404, response.text, backend=backend, body=response.text)
-        if 400 <= response.status_code < 500:
-            raise ServerRefusedError(response.status_code, response.text, backend=backend, body=response.text)
-        response.raise_for_status()
-        return SessionStats(**response.json(), backend=backend)
-
     # -- preparing a call -----------------------------------------------------------------
 
     def _prepare(self, run_manager: Any | None, kwargs: dict[str, Any]) -> _Call:
         """Resolve ids, merge ``extra_body``, attach headers and pending seeds."""
         kwargs = dict(kwargs)
         ids = resolve_ids(
-            call_session_id=kwargs.pop("session_id", None),
-            call_group_id=kwargs.pop("group_id", None),
+            call_session_id=kwargs.pop(SESSION_ARG, None),
+            call_group_id=kwargs.pop(GROUP_ARG, None),
             model_session_id=self.session_id,
             model_group_id=self.group_id,
             metadata=run_metadata(run_manager),
         )
         body = merge_extra_body(self.extra_body, kwargs.pop("extra_body", None))
         headers = dict(kwargs.pop("extra_headers", None) or {})
-        seeds: list[Seed] = []
-        if ids.session_id is not None or ids.group_id is not None:
-            xargs = dict(body.get("vllm_xargs") or {})
-            if ids.session_id is not None:
-                headers[SESSION_HEADER] = ids.session_id
-                xargs["session_id"] = ids.session_id
-            # The group defaults to the session, as agentspec's client sends it: routers
-            # hashing X-Group-Id then keep such a session in one place too.
-            group = ids.group_id or ids.session_id
-            if group is not None:
-                headers[GROUP_HEADER] = group
-                xargs["group_id"] = group
-            body["vllm_xargs"] = xargs
-        if ids.session_id is not None:
-            seeds = self._seed_book.take(ids.session_id)
-            if seeds:
-                body[SEEDS_FIELD] = [*(body.get(SEEDS_FIELD) or []), *SeedBook.wire(seeds)]
+        # The group defaults to the session, as agentspec's client sends it: routers
+        # hashing X-Group-Id then keep such a session in one place too.
+        headers = protocol.session_headers(ids.session_id, ids.group_id, headers)
+        seeds = self._seed_book.take(ids.session_id) if ids.session_id is not None else []
+        body = protocol.with_session(body, ids.session_id, ids.group_id, seeds)
         kwargs["extra_body"] = body or None
         if headers:
             kwargs["extra_headers"] = headers
@@ -666,63 +500,3 @@ class ChatAgentSpec(ChatOpenAI):
                     attempt.output()
                     yield chunk
                 return
-
-
-class AgentSpecSession:
-    """One agentspec session of a :class:`ChatAgentSpec` (see :meth:`ChatAgentSpec.session`).
-
-    A thin handle: the pending seeds live in the model, so seeds added here are sent by
-    any call of the session, whether it comes through :attr:`runnable`, a LangGraph thread
-    of the same id, or ``llm.invoke(..., session_id=...)``.
-    """
-
-    def __init__(self, model: ChatAgentSpec, session_id: str, group_id: str | None = None) -> None:
-        self.model = model
-        self.session_id = session_id
-        self.group_id = group_id
-
-    @property
-    def runnable(self) -> Runnable[LanguageModelInput, BaseMessage]:
-        """The model bound to this session (and group)."""
-        kwargs: dict[str, Any] = {"session_id": self.session_id}
-        if self.group_id is not None:
-            kwargs["group_id"] = self.group_id
-        return self.model.bind(**kwargs)
-
-    def seed(
-        self,
-        content: str | Sequence[int],
-        *,
-        kind: SeedKind | str = SeedKind.PRIOR_TURN,
-        scope: SeedScope | str = SeedScope.SESSION,
-    ) -> None:
-        """See :meth:`ChatAgentSpec.add_seed`."""
-        self.model.add_seed(content, kind=kind, scope=scope, session_id=self.session_id)
-
-    def repair(self, failed_attempt: str | Sequence[int], feedback: str | None = None) -> None:
-        """See :meth:`ChatAgentSpec.repair`."""
-        self.model.repair(failed_attempt, feedback, session_id=self.session_id)
-
-    @property
-    def pending_seeds(self) -> list[dict[str, Any]]:
-        return self.model.pending_seeds(self.session_id)
-
-    def discard_seeds(self) -> int:
-        return self.model.discard_seeds(self.session_id)
-
-    @property
-    def backend(self) -> str:
-        """The backend this session's calls go to."""
-        if self.group_id is not None and self.model._pool is not None:
-            return self.model.backend_for(group_id=self.group_id)
-        return self.model.backend_for(self.session_id)
-
-    def stats(self) -> SessionStats:
-        """See :meth:`ChatAgentSpec.get_session_stats`."""
-        return self.model.get_session_stats(self.session_id)
-
-    async def astats(self) -> SessionStats:
-        return await self.model.aget_session_stats(self.session_id)
-
-    def __repr__(self) -> str:
-        return f"<AgentSpecSession {self.session_id!r} group={self.group_id!r}>"

@@ -15,14 +15,13 @@ import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 from openhands.sdk import LLM
 from pydantic import SecretStr
 
 from agentspec import wire
-from agentspec.client import Seed, SessionNotFoundError, SessionStats
+from agentspec.client import AgentSpecClientError, Seed, ServerRefusedError, SessionStats, protocol
 
 __all__ = ["SeedPoster", "endpoint_root", "fetch_stats", "llm_headers", "split_seeds"]
 
@@ -82,16 +81,18 @@ def _llm_root(llm: LLM) -> str:
 def fetch_stats(llm: LLM, session_id: str, *, timeout_s: float = 10.0) -> SessionStats:
     """The server's draft statistics of one session (an OpenHands conversation id).
 
-    Raises :class:`~agentspec.client.SessionNotFoundError` when the server holds no state
-    for it (no call yet, or the session was evicted), :class:`httpx.HTTPError` otherwise.
+    The request carries the LLM's own headers (its key and routing header), so behind a
+    router it reaches the server that holds the session.
+
+    Raises:
+        SessionNotFoundError: the server holds no state for it (no call yet, or the
+            session was evicted).
+        AuthenticationError: the server refused the LLM's key.
+        ServerRefusedError: any other 4xx.
+        BackendUnavailableError: the server could not be reached, or answered 5xx.
     """
-    root = _llm_root(llm)
-    url = f"{root}{wire.SESSION_STATS_PATH}{quote(session_id, safe='')}"
-    response = httpx.get(url, headers=llm_headers(llm), timeout=timeout_s)
-    if response.status_code == 404:
-        raise SessionNotFoundError(404, response.text, backend=root, body=response.text)
-    response.raise_for_status()
-    return SessionStats(**response.json(), backend=root)
+    with httpx.Client(timeout=timeout_s) as http:
+        return protocol.fetch_session_stats(http, _llm_root(llm), session_id, headers=llm_headers(llm))
 
 
 class SeedPoster:
@@ -125,7 +126,7 @@ class SeedPoster:
         for n, batch in enumerate(batches):
             try:
                 seeded += self._post(llm, session_id, group_id, batch)
-            except (httpx.HTTPError, ValueError) as exc:
+            except (httpx.HTTPError, AgentSpecClientError, ValueError) as exc:
                 self.failures += 1
                 logger.warning(
                     "agentspec: could not seed session %r (%s); will retry",
@@ -153,26 +154,15 @@ class SeedPoster:
             self._pending[session_id] = deque([*seeds, *later][-MAX_PENDING_SEEDS:])
 
     def _post(self, llm: LLM, session_id: str, group_id: str | None, seeds: Sequence[Seed]) -> int:
-        body: dict[str, Any] = {
-            wire.BODY_SESSION_FIELD: session_id,
-            wire.SEEDS_FIELD: [seed.to_wire() for seed in seeds],
-        }
-        if group_id is not None:
-            body[wire.XARGS_FIELD] = {wire.XARG_GROUP: group_id}
-        response = httpx.post(
-            _llm_root(llm) + wire.SEEDS_PATH,
-            json=body,
-            headers=llm_headers(llm),
-            timeout=self.timeout_s,
-        )
-        if 400 <= response.status_code < 500 and response.status_code not in (408, 429):
+        root = _llm_root(llm)
+        body = protocol.seeds_request_body(session_id, seeds, group_id=group_id)
+        response = httpx.post(root + wire.SEEDS_PATH, json=body, headers=llm_headers(llm), timeout=self.timeout_s)
+        try:
+            data: Mapping[str, Any] = protocol.response_json(response, root)
+        except ServerRefusedError as exc:
+            if exc.status_code in (408, 429):
+                raise
             # Refused (a seed over the server's limits, a bad id): retrying cannot help.
-            logger.warning(
-                "agentspec: server refused seeds for %r: %s",
-                session_id,
-                response.text[:300],
-            )
+            logger.warning("agentspec: server refused seeds for %r: %s", session_id, exc.message[:300])
             return 0
-        response.raise_for_status()
-        data: Mapping[str, Any] = response.json()
         return int(data.get("seeded_tokens", 0))
