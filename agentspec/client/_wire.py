@@ -18,7 +18,7 @@ from .protocol import session_headers, with_session
 
 def check_id(field: str, value: object) -> str:
     """Return ``value`` when it is a valid wire id, else raise :class:`InvalidIdError`."""
-    if not is_valid_id(value):
+    if not is_valid_id(value) or not isinstance(value, str):
         raise InvalidIdError(field, value)
     return value
 

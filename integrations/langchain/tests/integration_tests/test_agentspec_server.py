@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from langchain_agentspec import ChatAgentSpec
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
 from langchain_core.output_parsers.openai_tools import PydanticToolsParser
 from langchain_core.tools import tool
@@ -26,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from agentspec.client import SessionNotFoundError, SessionStats
 from agentspec.testing.stub import StubServer
+from langchain_agentspec import ChatAgentSpec
 
 # agentspec_url gets the server by name.
 pytestmark = pytest.mark.server("agentspec_server")

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from langchain_agentspec import ChatAgentSpec
 from langchain_tests.integration_tests import ChatModelIntegrationTests
+
+from langchain_agentspec import ChatAgentSpec
 
 # agentspec_url gets the server by name.
 pytestmark = pytest.mark.server("agentspec_server")

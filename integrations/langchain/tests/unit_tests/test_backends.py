@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from langchain_agentspec import ChatAgentSpec
-from langchain_agentspec._backends import is_backend_failure
 
 from agentspec.client.routing import rendezvous_order
 from agentspec.testing.stub import StubServer
+from langchain_agentspec import ChatAgentSpec
+from langchain_agentspec._backends import is_backend_failure
 
 
 def _pair_model(stubs: tuple[StubServer, StubServer], **kwargs: object) -> ChatAgentSpec:

@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from langchain_agentspec import ChatAgentSpec
-from langchain_agentspec.chat_models import merge_extra_body
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
 from agentspec.client import SessionNotFoundError
 from agentspec.testing.stub import RecordedRequest, StubServer
+from langchain_agentspec import ChatAgentSpec
+from langchain_agentspec.chat_models import merge_extra_body
 
 
 def _model(stub: StubServer, **kwargs: Any) -> ChatAgentSpec:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from langchain_agentspec import ChatAgentSpec
 from langchain_core.language_models import BaseChatModel
 from langchain_tests.unit_tests import ChatModelUnitTests
 from syrupy.assertion import SnapshotAssertion
+
+from langchain_agentspec import ChatAgentSpec
 
 
 class TestChatAgentSpecStandardUnit(ChatModelUnitTests):

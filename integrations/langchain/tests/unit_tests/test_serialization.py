@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from langchain_agentspec import ChatAgentSpec
 from langchain_core.load import dumpd, load
+
+from langchain_agentspec import ChatAgentSpec
 
 
 def test_round_trip_keeps_agentspec_fields() -> None:
