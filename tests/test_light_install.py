@@ -42,7 +42,7 @@ def test_the_index_package_lists_what_it_loads() -> None:
     import agentspec.index
 
     assert sorted(agentspec.index.__all__) == sorted(agentspec.index._LAZY)
-    assert agentspec.index.DraftIndex.__module__ == "agentspec.index.draft_index"
+    assert agentspec.index.Level.__module__ == "agentspec.index.types"  # loaded on first use, without numpy
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         agentspec.index.Nope  # noqa: B018
 
