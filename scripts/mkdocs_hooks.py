@@ -5,7 +5,7 @@ so they stay in step with the code (mkdocs.yml names this file).
 - ``integrations/<name>.md``: each integration package's README;
 - ``changelog.md``: CHANGELOG.md;
 - ``cli.md``: the command-line reference, generated from the CLI (typer's docs generator);
-- the table of Prometheus series in ``metrics.md``, from ``agentspec.engine.prometheus.SERIES``;
+- the table of Prometheus series in ``metrics.md``, from ``agentspec.engine.api_server.prometheus.SERIES``;
 - ``report.md`` and ``replay-al.png``: ``agentspec bench --speed-model h100:8b`` on the bundled slice, run now
   (or read from the folder named by ``AGENTSPEC_DOCS_REPORT``: replay.json and al.png).
 
@@ -91,7 +91,7 @@ SERIES_MARKER = "<!-- agentspec:series -->"
 
 def series_table() -> str:
     """The Markdown table of every agentspec Prometheus series."""
-    from agentspec.engine.prometheus import LABELS, SERIES
+    from agentspec.engine.api_server.prometheus import LABELS, SERIES
 
     every = " and ".join(f"`{label}`" for label in LABELS)
     lines = [f"| series | kind | labels besides {every} | meaning |", "|---|---|---|---|"]

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("mkdocs", reason="the docs extra is not installed")
-_spec = importlib.util.spec_from_file_location("mkdocs_hooks", Path(__file__).parents[1] / "scripts" / "mkdocs_hooks.py")
+_spec = importlib.util.spec_from_file_location(
+    "mkdocs_hooks", Path(__file__).parents[1] / "scripts" / "mkdocs_hooks.py"
+)
 assert _spec is not None and _spec.loader is not None
 hooks = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hooks)
@@ -26,7 +28,12 @@ _spec.loader.exec_module(hooks)
         ("[pkg](../integrations/rl/README.md#measured)", "rl.md", "docs", "[pkg](integrations/rl.md#measured)"),
         ("[script](examples/rl/verl_agent_loop.py)", "index.md", "", "script (`examples/rl/verl_agent_loop.py`)"),
         ("[json](grafana/agentspec.json)", "metrics.md", "docs", "[json](grafana/agentspec.json)"),
-        ("[out](https://x.org/a.md) [here](#top) ![img](a.png)", "faq.md", "docs", "[out](https://x.org/a.md) [here](#top) ![img](a.png)"),
+        (
+            "[out](https://x.org/a.md) [here](#top) ![img](a.png)",
+            "faq.md",
+            "docs",
+            "[out](https://x.org/a.md) [here](#top) ![img](a.png)",
+        ),
     ],
 )
 def test_repository_links_become_site_links(markdown: str, page: str, source_dir: str, expected: str) -> None:
@@ -39,7 +46,7 @@ def test_the_cli_reference_comes_from_the_cli() -> None:
 
 
 def test_the_metrics_page_lists_every_series() -> None:
-    from agentspec.engine.prometheus import SERIES
+    from agentspec.engine.api_server.prometheus import SERIES
 
     table = hooks.series_table()
     assert hooks.SERIES_MARKER in (Path(__file__).parents[1] / "docs" / "metrics.md").read_text()
