@@ -7,7 +7,11 @@ so they stay in step with the code (mkdocs.yml names this file).
 - ``cli.md``: the command-line reference, generated from the CLI (typer's docs generator);
 - the table of Prometheus series in ``metrics.md``, from ``agentspec.engine.api_server.prometheus.SERIES``;
 - ``report.md`` and ``replay-al.png``: ``agentspec bench --speed-model h100:8b`` on the bundled slice, run now
-  (or read from the folder named by ``AGENTSPEC_DOCS_REPORT``: replay.json and al.png).
+  (or read from the folder named by ``AGENTSPEC_DOCS_REPORT``: replay.json and al.png); bench.md's
+  table of the slice comes from the same run;
+- every table marked ``<!-- agentspec:table NAME -->``: made from the measured results in
+  ``benchmarks/results/`` (``scripts/check_doc_figures.py``, which also checks the figures the
+  pages quote in their text against them).
 
 Links written for the repository (``docs/wire.md``, ``../../README.md``) are rewritten to
 the site's pages; a link to a file that is not a page (an example script) becomes its path
@@ -16,6 +20,7 @@ in code type, so ``mkdocs build --strict`` finds no broken link.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import posixpath
@@ -29,6 +34,18 @@ from typing import Any
 from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_figures() -> Any:
+    spec = importlib.util.spec_from_file_location("check_doc_figures", ROOT / "scripts" / "check_doc_figures.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("check_doc_figures", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+figures = _load_figures()
 INTEGRATIONS = ("langchain", "openhands", "rl")
 _LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)")
 
@@ -101,9 +118,31 @@ def series_table() -> str:
     return "\n".join(lines)
 
 
+#: Where bench.md wants the table of the bundled slice (from the report's run).
+SLICE_MARKER = "<!-- agentspec:slice-table -->"
+_SLICE: dict[str, Any] = {}
+
+
+def slice_table(result: dict[str, Any]) -> str:
+    """bench.md's summary of ``agentspec bench`` on the bundled slice (its JSON), summed
+    over sources."""
+    settings = result["settings"]
+    baseline = settings["baseline"]
+    by = {r["proposer"]: r for r in result["records"] if r["source"] == "all"}
+    lines = [f"| proposer | AL | acceptance | vs oracle | vs {baseline} |", "|---|---|---|---|---|"]
+    for proposer in settings["proposers"]:
+        r = by[proposer]
+        acceptance = f"{r['acceptance_rate']:.0%}" if r["drafted_tokens"] else "—"
+        vs_oracle = f"{r['al_vs_oracle']:.0%}" if r.get("al_vs_oracle") else ""
+        vs_base = f"{r['al_vs_baseline']:.2f}×" if r.get("al_vs_baseline") else ""
+        lines.append(f"| {proposer} | {r['al']:.3f} | {acceptance} | {vs_oracle} | {vs_base} |")
+    return "\n".join(lines)
+
+
 def _report(folder: Path) -> tuple[str, bytes]:
     """The benchmark report page and its plot, from ``agentspec bench``'s outputs."""
     result = json.loads((folder / "replay.json").read_text())
+    _SLICE["result"] = result
     settings = result["settings"]
     baseline = settings["baseline"]
     proposers = settings["proposers"]
@@ -188,4 +227,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         if SERIES_MARKER not in markdown:
             raise ValueError(f"metrics.md lost its {SERIES_MARKER} marker")
         markdown = markdown.replace(SERIES_MARKER, series_table())
+    if SLICE_MARKER in markdown:
+        markdown = markdown.replace(SLICE_MARKER, slice_table(_SLICE["result"]))
+    markdown = figures.render_tables(markdown, figures.Results())
     return rewrite_links(markdown, path, source_dir)

@@ -73,3 +73,42 @@ def test_the_report_renders_the_speed_estimate_from_benchs_json() -> None:
     lines = hooks._speed_lines(json.loads(json.dumps(table.model_dump(mode="json"))))
     assert "## Estimated tokens/s: H100 SXM, Llama-3-8B shape" in lines
     assert "| proposer | c=1 | c=128 |" in lines and "| no speculation | 132 | 3,530 |" in lines
+
+
+def test_benchs_table_of_the_slice_comes_from_the_reports_run() -> None:
+    def rec(
+        proposer: str, al: float, acceptance: float, drafted: int, vs_oracle: float, vs_base: float
+    ) -> dict[str, object]:
+        return {
+            "proposer": proposer,
+            "source": "all",
+            "al": al,
+            "acceptance_rate": acceptance,
+            "drafted_tokens": drafted,
+            "al_vs_oracle": vs_oracle,
+            "al_vs_baseline": vs_base,
+        }
+
+    result = {
+        "settings": {"baseline": "vllm-suffix", "proposers": ["none", "vllm-suffix", "agentspec"]},
+        "records": [
+            rec("none", 1.0, 0.0, 0, 0.26, 0.37),
+            rec("vllm-suffix", 2.683, 0.55, 900, 0.68, 1.0),
+            rec("agentspec", 3.024, 0.404, 1400, 0.77, 1.127),
+            {**rec("agentspec", 9.0, 0.9, 1, 0.9, 9.0), "source": "tau_bench"},
+        ],
+    }
+    assert hooks.SLICE_MARKER in (Path(__file__).parents[1] / "docs" / "bench.md").read_text()
+    assert hooks.slice_table(result).splitlines() == [
+        "| proposer | AL | acceptance | vs oracle | vs vllm-suffix |",
+        "|---|---|---|---|---|",
+        "| none | 1.000 | — | 26% | 0.37× |",
+        "| vllm-suffix | 2.683 | 55% | 68% | 1.00× |",
+        "| agentspec | 3.024 | 40% | 77% | 1.13× |",
+    ]
+
+
+def test_marked_tables_are_made_from_the_measured_results() -> None:
+    text = hooks.figures.render_tables("<!-- agentspec:table dev-set -->", hooks.figures.Results())
+    assert text.startswith("| source | trajectories | calls |")
+    assert "| **all** |" in text and "benchmarks/results/dev-replay-targets.json" in text

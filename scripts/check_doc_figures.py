@@ -1,0 +1,786 @@
+"""The documentation's measured figures, from the JSON the measuring commands wrote.
+
+Results measured once, on hardware or data the tests do not have, are kept in
+``benchmarks/results/`` as the JSON their commands wrote (:data:`COMMANDS`; that folder's
+README lists them). The docs use them two ways:
+
+- **Tables** are not typed: a page holds a marker ``<!-- agentspec:table NAME -->`` and the
+  site's build (``scripts/mkdocs_hooks.py``) puts the table :data:`TABLES` makes from the
+  JSON in its place, with a line naming the file and its command.
+- **Figures quoted in the text** are typed, and :func:`figures` says where each comes from:
+  the page, the words around it (``{}`` where the figure stands), and the value in the JSON
+  with the format that writes it. Wrapped lines count as one space.
+
+This script checks every such figure against the JSON, and that every table marker names
+a table that renders from it:
+
+    python scripts/check_doc_figures.py [--docs DIR] [--results DIR]
+
+It prints how many figures and tables it checked, and exits 1 when a page shows a figure
+the JSON does not give, a passage is gone from its page, a marker is unknown, or nothing
+was checked at all. It reads JSON and Markdown only: no site build, no agentspec import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+RESULTS = ROOT / "benchmarks" / "results"
+
+#: The development set's replays (docs/data.md), as the commands wrote them, gzip-compressed.
+TARGETS = "dev-replay-targets.json.gz"
+LOCKSTEP = "dev-lockstep.json.gz"
+LAG8 = "dev-exchange-lag-8.json.gz"
+LAG64 = "dev-exchange-lag-64.json.gz"
+#: Decoding steps timed on one H200 (docs/speed.md).
+STEPS = "h200-step-times.json"
+STEPS_70B = "h200-step-times-70b-40-layers.json"
+
+#: The command that wrote each file (run from the repository's root; a ``.json.gz`` is the
+#: ``.json`` it wrote, compressed by ``gzip -9n``).
+COMMANDS: dict[str, str] = {
+    TARGETS: "python benchmarks/replay_targets.py --data trajectories-dev.jsonl.gz --json dev-replay-targets.json",
+    LOCKSTEP: (
+        "agentspec bench --data trajectories-dev.jsonl.gz --proposers vllm-suffix,agentspec --lockstep"
+        " --json dev-lockstep.json"
+    ),
+    **{
+        lag: (
+            "agentspec bench --data trajectories-dev.jsonl.gz --proposers agentspec --replicas 8 --routing group"
+            f" --exchange --exchange-lag {n} --json {lag.removesuffix('.gz')}"
+        )
+        for n, lag in ((8, LAG8), (64, LAG64))
+    },
+    STEPS: "python benchmarks/gpu_step_time.py --models 8b,32b --out h200-step-times.json",
+    STEPS_70B: "python benchmarks/gpu_step_time.py --models 70b --layers 40 --out h200-step-times-70b-40-layers.json",
+}
+
+TABLE_MARKER = re.compile(r"<!-- agentspec:table ([\w.-]+) -->")
+BASE, OURS, ALL = "vllm-suffix", "agentspec", "all"
+
+
+class Results:
+    """The JSON files of one results folder, each read once."""
+
+    def __init__(self, folder: Path = RESULTS) -> None:
+        self.folder = Path(folder)
+        self._files: dict[str, Any] = {}
+
+    def json(self, name: str) -> Any:
+        if name not in self._files:
+            raw = (self.folder / name).read_bytes()
+            self._files[name] = json.loads(gzip.decompress(raw) if name.endswith(".gz") else raw)
+        return self._files[name]
+
+
+# ---------------------------------------------------------------------------- values
+
+
+class Value:
+    """A number in the results (:class:`Get`), or one computed from such numbers (:class:`Calc`)."""
+
+    def __call__(self, results: Results) -> float:
+        raise NotImplementedError
+
+    def map(self, fn: Callable[[float], float], what: str) -> Calc:
+        return Calc(fn, (self,), what)
+
+
+@dataclass(frozen=True)
+class Get(Value):
+    """The number at ``path`` in ``file``. A step is a key, a list index, or a mapping that
+    picks the one list item whose fields have those values; ``count`` takes the length of
+    the list found instead."""
+
+    file: str
+    path: tuple[Any, ...]
+    count: bool = False
+
+    def __call__(self, results: Results) -> float:
+        node = results.json(self.file)
+        for step in self.path:
+            if isinstance(step, Mapping):
+                found = [item for item in node if all(item.get(k) == v for k, v in step.items())]
+                if len(found) != 1:
+                    raise LookupError(f"{self}: {len(found)} items match")
+                node = found[0]
+            else:
+                node = node[step]
+        if self.count:
+            return float(len(node))
+        if isinstance(node, bool) or not isinstance(node, (int, float)):
+            raise LookupError(f"{self} is not a number: {node!r}")
+        return float(node)
+
+    def __str__(self) -> str:
+        parts: list[str] = []
+        for step in self.path:
+            if isinstance(step, Mapping):
+                parts.append("[" + ",".join(f"{k}={v}" for k, v in step.items()) + "]")
+            else:
+                parts.append(f".{step}" if parts else str(step))
+        return f"{'len ' if self.count else ''}{self.file}:{''.join(parts)}"
+
+
+@dataclass(frozen=True)
+class Calc(Value):
+    fn: Callable[..., float]
+    args: tuple[Value, ...]
+    what: str
+
+    def __call__(self, results: Results) -> float:
+        return self.fn(*(arg(results) for arg in self.args))
+
+    def __str__(self) -> str:
+        return f"{self.what} of (" + "; ".join(str(arg) for arg in self.args) + ")"
+
+
+def record(file: str, run: str | None, proposer: str, source: str, field: str) -> Get:
+    """A field of one (proposer, source) record of a replay's JSON; ``run`` is the replay's
+    key in a file that holds several."""
+    head: tuple[Any, ...] = (run,) if run else ()
+    return Get(file, (*head, "records", {"proposer": proposer, "source": source}, field))
+
+
+def ratio(a: Value, b: Value) -> Calc:
+    return Calc(lambda x, y: x / y, (a, b), "ratio")
+
+
+def one(proposer: str, source: str = ALL, field: str = "al") -> Get:
+    """benchmarks/replay_targets.py, one server."""
+    return record(TARGETS, "one_server", proposer, source, field)
+
+
+def eight(proposer: str, source: str = ALL, field: str = "al") -> Get:
+    """benchmarks/replay_targets.py, 8 replicas: agentspec pinned by group, vllm-suffix spread."""
+    return record(TARGETS, "eight_replicas", proposer, source, field)
+
+
+def exchanging(proposer: str, source: str = ALL, field: str = "al") -> Get:
+    """benchmarks/replay_targets.py, 8 replicas, agentspec's exchanging finished outputs."""
+    return record(TARGETS, "eight_replicas_exchanging", proposer, source, field)
+
+
+def windowed(proposer: str, field: str = "al") -> Get:
+    """benchmarks/replay_targets.py, mini_swe_agent with a 4000-token window."""
+    return record(TARGETS, "window_4000", proposer, ALL, field)
+
+
+def fleet(run: str, source: str = ALL) -> Get:
+    """agentspec's AL on 8 replicas pinned by group: without the exchange (``apart``), with it
+    at once (``lag 0``, both benchmarks/replay_targets.py) and with outputs delivered 8 or 64
+    calls late (``lag 8``, ``lag 64``: agentspec bench --exchange-lag)."""
+    if run == "apart":
+        return eight(OURS, source)
+    if run == "lag 0":
+        return exchanging(OURS, source)
+    return record({"lag 8": LAG8, "lag 64": LAG64}[run], None, OURS, source, "al")
+
+
+FLEET_RUNS = ("apart", "lag 0", "lag 8", "lag 64")
+
+
+def ms(value: Value) -> Calc:
+    return value.map(lambda us: us / 1e3, "ms from µs")
+
+
+def gb(value: Value) -> Calc:
+    """Thousands of the replay's MB (MiB), as the pages write them."""
+    return value.map(lambda mb: mb / 1000, "GB from MB")
+
+
+def step_ms(file: str, model: str, context: int, batch: int, verified: int) -> Calc:
+    row = {"model": model, "context": context, "batch": batch, "verified": verified}
+    return Get(file, ("rows", row, "seconds")).map(lambda s: s * 1e3, "ms from s")
+
+
+def acceptance_ratio(source: str = ALL) -> Calc:
+    return ratio(one(OURS, source, "acceptance_rate"), one(BASE, source, "acceptance_rate"))
+
+
+def peak_ratio(source: str) -> Calc:
+    return ratio(one(OURS, source, "peak_index_mb"), one(BASE, source, "peak_index_mb"))
+
+
+def index_fraction(source: str = "mini_swe_agent") -> Calc:
+    """agentspec's index time per call as a fraction 1/x of vllm-suffix's: x."""
+    return ratio(one(BASE, source, "index_us_per_call"), one(OURS, source, "index_us_per_call"))
+
+
+def sources(results: Results, file: str, run: str | None = None) -> list[str]:
+    """A replay's sources in its order, then ``all``."""
+    data = results.json(file)
+    data = data[run] if run else data
+    return list(dict.fromkeys(r["source"] for r in data["records"]))
+
+
+# ---------------------------------------------------------------------------- figures in prose
+
+
+@dataclass(frozen=True)
+class Figure:
+    """The figures one passage of a page quotes: ``text`` with ``{}`` where each stands, and
+    for each the value it shows and its format spec (``format(value, spec)``)."""
+
+    page: str
+    text: str
+    values: tuple[tuple[Value, str], ...]
+
+    def expected(self, results: Results) -> str:
+        return self.text.format(*(format(value(results), spec) for value, spec in self.values))
+
+
+def fig(page: str, text: str, *values: tuple[Value, str]) -> Figure:
+    if text.count("{}") != len(values):
+        raise ValueError(f"{page}: {text!r} has {text.count('{}')} places for {len(values)} values")
+    return Figure(page, text, values)
+
+
+F1, F2, F3 = ".1f", ".2f", ".3f"
+
+
+def figures() -> Iterator[Figure]:
+    """Every figure the docs quote from the results, page by page."""
+    mini = "mini_swe_agent"
+    al_ratio = one(OURS, field="al_vs_baseline")
+    eight_ratio = eight(OURS, field="al_vs_baseline")
+    shared_ratio = exchanging(OURS, field="al_vs_baseline")
+    suffix_mini_index = ms(one(BASE, mini, "index_us_per_call"))
+
+    # policy.md: the development set, benchmarks/replay_targets.py
+    yield fig("policy.md", "replays all {} calls of the [development set]", (one(OURS, field="calls"), ",.0f"))
+    yield fig(
+        "policy.md",
+        "eight agentspec replicas draft as well as one agentspec server (AL {} and {})",
+        (exchanging(OURS), F3),
+        (one(OURS), F3),
+    )
+    yield fig(
+        "policy.md",
+        "({} ms on their own, {} ms exchanging, against {} ms for spread vllm-suffix)",
+        (ms(eight(OURS, field="index_us_per_call")), F1),
+        (ms(exchanging(OURS, field="index_us_per_call")), F1),
+        (ms(eight(BASE, field="index_us_per_call")), F1),
+    )
+    yield fig(  # a replay's peak memory over all sources is that of its largest source
+        "policy.md",
+        "on the largest source the eight replicas together hold {} GB of index ({} GB on their own) against {} GB"
+        " for spread vllm-suffix",
+        (gb(exchanging(OURS, ALL, "peak_index_mb")), F1),
+        (gb(eight(OURS, ALL, "peak_index_mb")), F1),
+        (gb(eight(BASE, ALL, "peak_index_mb")), F2),
+    )
+    yield fig(
+        "policy.md",
+        "mini_swe_agent with a 4000-token condenser window: AL {} (suffix) and {} (agentspec), {}.",
+        (windowed(BASE), F3),
+        (windowed(OURS), F3),
+        (windowed(OURS, "al_vs_baseline"), F3),
+    )
+    yield fig(
+        "policy.md",
+        "Index time per call on mini_swe_agent, one server: {} ms (suffix,",
+        (suffix_mini_index, F1),
+    )
+    yield fig(
+        "policy.md",
+        "and {} ms (agentspec), 1/{}",
+        (ms(one(OURS, mini, "index_us_per_call")), F1),
+        (index_fraction(), F1),
+    )
+    yield fig(
+        "policy.md",
+        "agentspec's index time per call is higher than suffix's, {} ms against {} ms",
+        (ms(windowed(OURS, "index_us_per_call")), F1),
+        (ms(windowed(BASE, "index_us_per_call")), F1),
+    )
+    yield fig(
+        "policy.md",
+        "Peak index memory on mini_swe_agent: {} MB (suffix) and {} MB (agentspec), {}x",
+        (one(BASE, mini, "peak_index_mb"), ",.0f"),
+        (one(OURS, mini, "peak_index_mb"), ",.0f"),
+        (peak_ratio(mini), F2),
+    )
+    yield fig("policy.md", "met (lowest {}, mini_swe_agent)", (one(OURS, mini, "al_vs_baseline"), F3))
+    yield fig("policy.md", "**1.10x overall on one server: met, {}**", (al_ratio, F3))
+    yield fig(
+        "policy.md",
+        "met, overall {} and on every source (lowest mini_swe_agent, {},",
+        (acceptance_ratio(), F3),
+        (acceptance_ratio(mini), F3),
+    )
+    yield fig(
+        "policy.md",
+        "**1.20x overall on 8 replicas: met only with the exchange, {}; missed without it, {}.**",
+        (shared_ratio, F3),
+        (eight_ratio, F3),
+    )
+    yield fig(
+        "policy.md",
+        "(openhands_mocks {}, reflexion {} and {}, tau_bench {})",
+        (eight(OURS, "openhands_mocks", "al_vs_baseline"), F2),
+        (eight(OURS, "reflexion_hotpotqa_react", "al_vs_baseline"), F2),
+        (eight(OURS, "reflexion_programming", "al_vs_baseline"), F2),
+        (eight(OURS, "tau_bench", "al_vs_baseline"), F2),
+    )
+    yield fig(
+        "policy.md", "**Never below vllm-suffix with a window:** met, {} (AL;", (windowed(OURS, "al_vs_baseline"), F3)
+    )
+    yield fig(
+        "policy.md", "**Index time per call at most 1/20 of suffix's: missed, 1/{} in this run", (index_fraction(), F1)
+    )
+    yield fig(
+        "policy.md",
+        "**AL 1.25x on one server (short by {}), and 1.45x on 8 replicas (short by {}).**",
+        (al_ratio.map(lambda r: 1.25 - r, "1.25 minus"), F2),
+        (shared_ratio.map(lambda r: 1.45 - r, "1.45 minus"), F2),
+    )
+    yield fig(
+        "policy.md",
+        "**Acceptance 0.85 of suffix's (short by {}).**",
+        (acceptance_ratio().map(lambda r: 0.85 - r, "0.85 minus"), F2),
+    )
+    yield fig("policy.md", "**Memory at most 2x: met on mini_swe_agent ({}x).**", (peak_ratio(mini), F2))
+    yield fig(
+        "policy.md",
+        "codet {}x and reflexion_programming {}x",
+        (peak_ratio("codet"), F2),
+        (peak_ratio("reflexion_programming"), F2),
+    )
+    yield fig(
+        "policy.md",
+        "tot {}x, and up to {}x on small sources",
+        (peak_ratio("tot"), F2),
+        (peak_ratio("openhands_mocks"), ".0f"),
+    )
+    yield fig(
+        "policy.md",
+        "(openhands_mocks: {} MB against {} MB)",
+        (one(OURS, "openhands_mocks", "peak_index_mb"), ".0f"),
+        (one(BASE, "openhands_mocks", "peak_index_mb"), ".0f"),
+    )
+
+    # engine.md: the same replays
+    yield fig(
+        "engine.md",
+        "AL {}x vLLM's suffix method spread over the same eight, against {}x without the exchange",
+        (shared_ratio, F3),
+        (eight_ratio, F3),
+    )
+    yield fig(
+        "engine.md",
+        "(index time per call {} ms without, {} ms with the exchange, in a run on two busy cores)",
+        (ms(eight(OURS, field="index_us_per_call")), F1),
+        (ms(exchanging(OURS, field="index_us_per_call")), F1),
+    )
+
+    # bench.md: the one-server replay and the lockstep one
+    yield fig(
+        "bench.md",
+        "Measured on the [development set](data.md#the-development-set)'s `openhands_mocks` ({} trajectories,"
+        " {} calls;",
+        (Get(TARGETS, ("one_server", "settings", "trajectories", "openhands_mocks")), ".0f"),
+        (one(OURS, "openhands_mocks", "calls"), ".0f"),
+    )
+    yield fig(
+        "bench.md",
+        "| whole | {} | {} | {}× |",
+        (one(BASE, "openhands_mocks"), F3),
+        (one(OURS, "openhands_mocks"), F3),
+        (one(OURS, "openhands_mocks", "al_vs_baseline"), F3),
+    )
+    lockstep_s, one_s = Get(LOCKSTEP, ("settings", "wall_s")), Get(TARGETS, ("one_server", "settings", "wall_s"))
+    yield fig(
+        "bench.md",
+        "Lockstep took {} times as long ({} s against {} s,",
+        (ratio(lockstep_s, one_s), F1),
+        (lockstep_s, ".0f"),
+        (one_s, ".0f"),
+    )
+
+    # tuning.md: memory on one server
+    yield fig(
+        "tuning.md",
+        "(this took codet from 1,196 MB to {} MB and reflexion_programming from 712 MB to {} MB)",
+        (one(OURS, "codet", "peak_index_mb"), ",.0f"),
+        (one(OURS, "reflexion_programming", "peak_index_mb"), ",.0f"),
+    )
+
+    # fleet.md: 8 replicas with the exchange delivering late
+    spread, single = eight(BASE), one(OURS)
+    yield fig(
+        "fleet.md",
+        "Overall, against suffix spread: {}x without the exchange, {}x with it at once, {}x 8 calls late and"
+        " {}x 64 calls late; against one server: {}, {}, {} and {}.",
+        *((ratio(fleet(run), spread), F2) for run in FLEET_RUNS),
+        *((ratio(fleet(run), single), F2) for run in FLEET_RUNS),
+    )
+    aider = [ratio(fleet(run, "aider"), one(OURS, "aider")) for run in FLEET_RUNS]
+    yield fig(
+        "fleet.md",
+        "aider is the exception ({} of one server without the exchange, {} at once, {} at 64 calls late)",
+        (aider[0], F2),
+        (aider[1], F2),
+        (aider[3], F2),
+    )
+
+    # speed.md: the development set's size, and the H200 step times (benchmarks/gpu_step_time.py)
+    trajectories = Calc(
+        lambda *n: sum(n),
+        tuple(Get(TARGETS, ("one_server", "settings", "trajectories", s)) for s in DEV_SOURCES),
+        "sum",
+    )
+    yield fig(
+        "speed.md",
+        "{} trajectories, {} calls, a mean context",
+        (trajectories, ",.0f"),
+        (one(OURS, field="calls"), ",.0f"),
+    )
+    steps = Calc(lambda a, b: a + b, (Get(STEPS, ("rows",), count=True), Get(STEPS_70B, ("rows",), count=True)), "sum")
+    yield fig("speed.md", "On one H200 (PyTorch 2.11, CUDA 13) it timed {} steps", (steps, ".0f"))
+    copy = [Get(f, ("probe", "copy_bytes_per_s")) for f in (STEPS_70B, STEPS)]
+    matmul = [Get(f, ("probe", "matmul_flops_per_s")) for f in (STEPS_70B, STEPS)]
+    yield fig(
+        "speed.md",
+        "The GPU's probes gave {} to {} TB/s for a device copy ({}–{}% of the 4.8 TB/s datasheet figure) and {} to {}"
+        " TFLOP/s for an 8192³ bf16 matrix product ({}–{}% of 989)",
+        *((c.map(lambda b: b / 1e12, "TB/s"), F2) for c in copy),
+        *((c.map(lambda b: b / 4.8e12 * 100, "% of 4.8 TB/s"), ".0f") for c in copy),
+        *((m.map(lambda f: f / 1e12, "TFLOP/s"), ".0f") for m in matmul),
+        *((m.map(lambda f: f / 989e12 * 100, "% of 989 TFLOP/s"), ".0f") for m in matmul),
+    )
+    for name, file, shape in (("8B", STEPS, "8b"), ("32B", STEPS, "32b"), ("70B, 40 layers", STEPS_70B, "70b-40l")):
+        for context, batch, verified in SPEED_ROWS[shape]:
+            yield fig(
+                "speed.md",
+                f"| {name} | {context:,} | {batch} | {verified} | {{}} |",
+                (step_ms(file, shape, context, batch, verified), F1),
+            )
+
+
+#: The development set's sources, in the file's order.
+DEV_SOURCES = (
+    "mini_swe_agent",
+    "swe_agent",
+    "tau_bench",
+    "openhands_mocks",
+    "aider",
+    "reflexion_hotpotqa_react",
+    "reflexion_programming",
+    "tot",
+    "codet",
+)
+
+#: The rows of speed.md's table of measured steps, (context, batch, verified) per shape.
+SPEED_ROWS: dict[str, tuple[tuple[int, int, int], ...]] = {
+    "8b": ((8192, 1, 1), (8192, 1, 16), (8192, 8, 16), (8192, 32, 1), (8192, 32, 16), (8192, 64, 1), (8192, 64, 16)),
+    "32b": ((2048, 1, 1), (2048, 32, 16), (2048, 128, 16)),
+    "70b-40l": ((8192, 1, 1), (8192, 32, 16)),
+}
+
+
+# ---------------------------------------------------------------------------- tables
+
+
+def _rec(results: Results, file: str, run: str | None, proposer: str, source: str) -> dict[str, Any]:
+    data = results.json(file)
+    data = data[run] if run else data
+    for r in data["records"]:
+        if r["proposer"] == proposer and r["source"] == source:
+            return r
+    raise LookupError(f"{file}: {run or ''} has no record of {proposer} on {source}")
+
+
+def _row(cells: list[str], bold: bool = False) -> str:
+    return "| " + " | ".join(f"**{c}**" if bold and c else c for c in cells) + " |"
+
+
+def _header(*columns: str) -> list[str]:
+    return [_row(list(columns)), "|" + "---|" * len(columns)]
+
+
+def _from(*files: str) -> str:
+    made = "; ".join(f"`benchmarks/results/{f}`, written by `{COMMANDS[f]}`" for f in files)
+    return f"\n*Made from {made}.*"
+
+
+def table_dev_set(results: Results) -> str:
+    """docs/data.md: the development set's sources, trajectories and calls."""
+    counts = results.json(TARGETS)["one_server"]["settings"]["trajectories"]
+    lines = _header("source", "trajectories", "calls")
+    for source in sources(results, TARGETS, "one_server"):
+        calls = _rec(results, TARGETS, "one_server", OURS, source)["calls"]
+        n = sum(counts.values()) if source == ALL else counts[source]
+        lines.append(_row([source if source != ALL else "all", f"{n:,}", f"{calls:,}"], bold=source == ALL))
+    return "\n".join(lines) + "\n" + _from(TARGETS)
+
+
+def table_dev_one_server(results: Results) -> str:
+    """docs/policy.md: AL and acceptance on one server, agentspec / vllm-suffix."""
+    lines = _header("source", "calls", "AL suffix", "AL agentspec", "AL ratio", "acceptance ratio")
+    for source in sources(results, TARGETS, "one_server"):
+        b, o = (_rec(results, TARGETS, "one_server", p, source) for p in (BASE, OURS))
+        ratio_cell = f"{o['al'] / b['al']:.3f}"
+        lines.append(
+            _row(
+                [
+                    source,
+                    f"{o['calls']:,}",
+                    f"{b['al']:.3f}",
+                    f"{o['al']:.3f}",
+                    f"**{ratio_cell}**" if source == ALL else ratio_cell,
+                    f"{o['acceptance_rate'] / b['acceptance_rate']:.3f}",
+                ]
+            )
+        )
+    return "\n".join(lines) + "\n" + _from(TARGETS)
+
+
+def table_dev_eight_replicas(results: Results) -> str:
+    """docs/policy.md: 8 replicas, agentspec on its own (a) and exchanging outputs (b)."""
+    lines = _header(
+        "source",
+        "AL suffix",
+        "AL agentspec (a)",
+        "ratio (a)",
+        "AL agentspec (b)",
+        "ratio (b)",
+        "acceptance ratio (b)",
+    )
+    for source in sources(results, TARGETS, "eight_replicas"):
+        b = _rec(results, TARGETS, "eight_replicas", BASE, source)
+        a = _rec(results, TARGETS, "eight_replicas", OURS, source)
+        sb = _rec(results, TARGETS, "eight_replicas_exchanging", BASE, source)
+        s = _rec(results, TARGETS, "eight_replicas_exchanging", OURS, source)
+        ra, rs = f"{a['al'] / b['al']:.3f}", f"{s['al'] / sb['al']:.3f}"
+        bold = source == ALL
+        lines.append(
+            _row(
+                [
+                    source,
+                    f"{b['al']:.3f}",
+                    f"{a['al']:.3f}",
+                    f"**{ra}**" if bold else ra,
+                    f"{s['al']:.3f}",
+                    f"**{rs}**" if bold else rs,
+                    f"{s['acceptance_rate'] / sb['acceptance_rate']:.3f}",
+                ]
+            )
+        )
+    return "\n".join(lines) + "\n" + _from(TARGETS)
+
+
+def table_dev_next_targets(results: Results) -> str:
+    """docs/policy.md: the closer-to-the-oracle targets, measured."""
+    every = min(
+        _rec(results, TARGETS, "one_server", OURS, s)["al_vs_baseline"] for s in sources(results, TARGETS, "one_server")
+    )
+    index = index_fraction()(results)
+    memory = peak_ratio("mini_swe_agent")(results)
+    rows = [
+        ("AL, one server, overall >= 1.25x", one(OURS, field="al_vs_baseline")(results), 1.25),
+        ("AL, one server, every source >= 1.05x", every, 1.05),
+        ("acceptance, one server, >= 0.85 of suffix's", acceptance_ratio()(results), 0.85),
+        ("AL, 8 replicas exchanging, >= 1.45x", exchanging(OURS, field="al_vs_baseline")(results), 1.45),
+    ]
+    lines = _header("target", "measured", "met")
+    lines += [_row([name, f"{value:.3f}", "yes" if value >= bound else "no"]) for name, value, bound in rows]
+    lines.append(
+        _row(
+            [
+                "index time per call on mini_swe_agent <= 1/20 of suffix's",
+                f"1/{index:.1f}",
+                "yes" if index >= 20 else "no",
+            ]
+        )
+    )
+    lines.append(
+        _row(["peak index memory on mini_swe_agent <= 2x suffix's", f"{memory:.2f}x", "yes" if memory <= 2 else "no"])
+    )
+    return "\n".join(lines) + "\n" + _from(TARGETS)
+
+
+def table_dev_memory(results: Results) -> str:
+    """docs/tuning.md: peak index memory per source on one server, largest first."""
+    rows = []
+    for source in sources(results, TARGETS, "one_server"):
+        if source == ALL:
+            continue
+        b, o = (_rec(results, TARGETS, "one_server", p, source) for p in (BASE, OURS))
+        rows.append((o["peak_index_mb"], source, o, b))
+    lines = _header("source", "agentspec peak", "bytes per token", "vllm-suffix peak", "bytes per token", "ratio")
+    for _, source, o, b in sorted(rows, key=lambda row: -row[0]):
+        lines.append(
+            _row(
+                [
+                    source,
+                    f"{o['peak_index_mb']:,.0f} MB",
+                    f"{o['bytes_per_held_token']:.0f}",
+                    f"{b['peak_index_mb']:,.0f} MB",
+                    f"{b['bytes_per_held_token']:.0f}",
+                    f"{o['peak_index_mb'] / b['peak_index_mb']:.2f}×",
+                ]
+            )
+        )
+    return "\n".join(lines) + "\n" + _from(TARGETS)
+
+
+def table_dev_loops(results: Results) -> str:
+    """docs/bench.md: the default loop and --lockstep on one server."""
+    lines = _header(
+        "source",
+        "vllm-suffix",
+        "agentspec",
+        "ratio",
+        "vllm-suffix, lockstep",
+        "agentspec, lockstep",
+        "ratio, lockstep",
+    )
+    for source in sources(results, TARGETS, "one_server"):
+        b, o = (_rec(results, TARGETS, "one_server", p, source) for p in (BASE, OURS))
+        lb, lo = (_rec(results, LOCKSTEP, None, p, source) for p in (BASE, OURS))
+        r, lr = f"{o['al'] / b['al']:.3f}", f"{lo['al'] / lb['al']:.3f}"
+        bold = source == ALL
+        lines.append(
+            _row(
+                [
+                    source,
+                    f"{b['al']:.3f}",
+                    f"{o['al']:.3f}",
+                    f"**{r}**" if bold else r,
+                    f"{lb['al']:.3f}",
+                    f"{lo['al']:.3f}",
+                    f"**{lr}**" if bold else lr,
+                ]
+            )
+        )
+    return "\n".join(lines) + "\n" + _from(TARGETS, LOCKSTEP)
+
+
+def table_dev_exchange_lag(results: Results) -> str:
+    """docs/fleet.md: AL on 8 replicas with the exchange delivering late."""
+    lines = _header("source", "one server", "suffix spread", "no exchange", "lag 0", "lag 8", "lag 64")
+    for source in sources(results, TARGETS, "eight_replicas"):
+        cells = [
+            one(OURS, source)(results),
+            eight(BASE, source)(results),
+            *(fleet(run, source)(results) for run in FLEET_RUNS),
+        ]
+        lines.append(_row([source, *(f"{al:.3f}" for al in cells)], bold=source == ALL))
+    return "\n".join(lines) + "\n" + _from(TARGETS, LAG8, LAG64)
+
+
+#: Table name (the marker's) -> what makes it from the results.
+TABLES: dict[str, Callable[[Results], str]] = {
+    "dev-set": table_dev_set,
+    "dev-one-server": table_dev_one_server,
+    "dev-eight-replicas": table_dev_eight_replicas,
+    "dev-next-targets": table_dev_next_targets,
+    "dev-memory": table_dev_memory,
+    "dev-loops": table_dev_loops,
+    "dev-exchange-lag": table_dev_exchange_lag,
+}
+
+
+def render_tables(markdown: str, results: Results) -> str:
+    """``markdown`` with every table marker replaced by its table (the site's build)."""
+
+    def table(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in TABLES:
+            raise KeyError(f"unknown table marker {name!r} (known: {', '.join(TABLES)})")
+        return TABLES[name](results)
+
+    return TABLE_MARKER.sub(table, markdown)
+
+
+# ---------------------------------------------------------------------------- the check
+
+
+def _flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def _number_pattern(text: str) -> re.Pattern[str]:
+    parts = [re.escape(_flat(part)).replace(r"\ ", r"\s+") for part in text.split("{}")]
+    return re.compile(r"([-+]?[\d,]*\.?\d+)".join(parts))
+
+
+def check(docs: Path = DOCS, results: Results | None = None) -> tuple[int, int, list[str]]:
+    """``(figures checked, tables rendered, problems)`` for the pages in ``docs``."""
+    results = results or Results()
+    pages: dict[str, str] = {}
+    problems: list[str] = []
+    checked = 0
+
+    def page(name: str) -> str | None:
+        if name not in pages:
+            path = docs / name
+            pages[name] = _flat(path.read_text()) if path.exists() else ""
+        return pages[name] or None
+
+    for figure in figures():
+        text = page(figure.page)
+        if text is None:
+            problems.append(f"{figure.page}: no such page")
+            continue
+        try:
+            expected = figure.expected(results)
+        except (LookupError, OSError, ValueError, ZeroDivisionError, TypeError) as exc:
+            problems.append(f"{figure.page}: {figure.text!r}: the results do not give it: {exc}")
+            continue
+        if _flat(expected) in text:
+            checked += len(figure.values)
+            continue
+        shown = _number_pattern(figure.text).search(text)
+        if shown is None:
+            problems.append(f"{figure.page}: the passage {figure.text!r} is not on the page")
+            continue
+        for (value, spec), got in zip(figure.values, shown.groups(), strict=True):
+            want = format(value(results), spec)
+            if got != want:
+                problems.append(f"{figure.page}: {figure.text!r} shows {got} where {value} gives {want}")
+
+    tables = 0
+    for path in sorted(docs.glob("*.md")):
+        for match in TABLE_MARKER.finditer(path.read_text()):
+            name = match.group(1)
+            if name not in TABLES:
+                problems.append(f"{path.name}: unknown table marker {name!r}")
+                continue
+            try:
+                TABLES[name](results)
+            except (LookupError, OSError, ValueError, ZeroDivisionError, TypeError) as exc:
+                problems.append(f"{path.name}: table {name!r} does not render from the results: {exc!r}")
+                continue
+            tables += 1
+    return checked, tables, problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=Path, default=DOCS, help="the Markdown pages (default: docs/)")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the JSON results (default: benchmarks/results/)")
+    args = parser.parse_args(argv)
+    checked, tables, problems = check(args.docs, Results(args.results))
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    print(f"checked {checked} figures quoted in the docs and {tables} tables made from {args.results.name}/")
+    if checked == 0:
+        print("no figure was checked", file=sys.stderr)
+        return 1
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

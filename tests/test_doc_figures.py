@@ -1,0 +1,153 @@
+"""The docs' measured figures against the JSON they came from (scripts/check_doc_figures.py):
+every figure quoted in a page's text is checked, every table is made from the JSON, and a
+changed value in the JSON fails the check. Markdown and JSON only: no site build."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+SCRIPT = ROOT / "scripts" / "check_doc_figures.py"
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _module() -> Any:
+    spec = importlib.util.spec_from_file_location("check_doc_figures", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("check_doc_figures", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+figures = _module()
+
+
+def _check(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+def _counts(stdout: str) -> tuple[int, int]:
+    match = re.search(r"checked (\d+) figures quoted in the docs and (\d+) tables", stdout)
+    assert match, stdout
+    return int(match.group(1)), int(match.group(2))
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> Path:
+    """A copy of benchmarks/results/ to change."""
+    return Path(shutil.copytree(RESULTS, tmp_path / "results"))
+
+
+def _edit(path: Path, change: Any) -> None:
+    data = figures.Results(path.parent).json(path.name)
+    change(data)
+    raw = json.dumps(data).encode()
+    path.write_bytes(gzip.compress(raw) if path.name.endswith(".gz") else raw)
+
+
+def _record(run: dict[str, Any], proposer: str, source: str) -> dict[str, Any]:
+    return next(r for r in run["records"] if r["proposer"] == proposer and r["source"] == source)
+
+
+def test_every_figure_the_docs_quote_matches_its_json() -> None:
+    done = _check()
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    checked, tables = _counts(done.stdout)
+    assert checked >= 80, done.stdout
+    assert tables >= 7, done.stdout
+
+
+def test_a_changed_replay_figure_fails_the_check(results: Path) -> None:
+    def change(data: dict[str, Any]) -> None:
+        _record(data["one_server"], "agentspec", "all")["al_vs_baseline"] += 0.01
+
+    _edit(results / figures.TARGETS, change)
+    done = _check("--results", str(results))
+    assert done.returncode == 1
+    assert "policy.md" in done.stderr and "al_vs_baseline" in done.stderr
+    assert re.search(r"shows 1\.\d{3} where .* gives 1\.\d{3}", done.stderr), done.stderr
+
+
+def test_a_changed_step_time_fails_the_check(results: Path) -> None:
+    def change(data: dict[str, Any]) -> None:
+        row = next(
+            r for r in data["rows"] if (r["model"], r["context"], r["batch"], r["verified"]) == ("8b", 8192, 1, 1)
+        )
+        row["seconds"] *= 1.1
+
+    _edit(results / figures.STEPS, change)
+    done = _check("--results", str(results))
+    assert done.returncode == 1
+    assert "speed.md: '| 8B | 8,192 | 1 | 1 | {} |' shows" in done.stderr
+
+
+def test_a_passage_gone_from_its_page_fails_the_check(tmp_path: Path) -> None:
+    docs = Path(shutil.copytree(ROOT / "docs", tmp_path / "docs"))
+    page = docs / "engine.md"
+    text = re.sub(r"\s+", " ", page.read_text())
+    page.write_text(text.replace("ms with the exchange, in a run", "ms when exchanging, in a run"))
+    done = _check("--docs", str(docs))
+    assert done.returncode == 1
+    assert "engine.md: the passage '(index time per call {} ms without, {} ms with the exchange," in done.stderr
+    assert "is not on the page" in done.stderr
+
+
+def test_nothing_checked_fails(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    done = _check("--docs", str(tmp_path / "docs"))
+    assert done.returncode == 1
+    assert _counts(done.stdout) == (0, 0)
+
+
+def test_tables_are_made_from_the_json(results: Path) -> None:
+    marker = "before\n<!-- agentspec:table dev-one-server -->\nafter"
+    table = figures.render_tables(marker, figures.Results(RESULTS))
+    assert table.startswith("before\n| source | calls | AL suffix | AL agentspec | AL ratio | acceptance ratio |")
+    assert "`benchmarks/results/dev-replay-targets.json.gz`, written by `python benchmarks/replay_targets.py" in table
+
+    def change(data: dict[str, Any]) -> None:
+        _record(data["one_server"], "agentspec", "codet")["al"] = 9.876
+
+    _edit(results / figures.TARGETS, change)
+    changed = figures.render_tables(marker, figures.Results(results))
+    assert "| codet |" in changed and "| 9.876 |" in changed and changed != table
+    with pytest.raises(KeyError, match="unknown table marker 'nope'"):
+        figures.render_tables("<!-- agentspec:table nope -->", figures.Results(RESULTS))
+
+
+def test_every_table_marker_in_the_docs_is_known() -> None:
+    names = {m for page in (ROOT / "docs").glob("*.md") for m in figures.TABLE_MARKER.findall(page.read_text())}
+    assert names == set(figures.TABLES)
+
+
+def test_the_wire_contract_names_every_reserved_key_and_seed_field() -> None:
+    from agentspec import wire
+
+    text = re.sub(r"\s+", " ", (ROOT / "docs" / "wire.md").read_text())
+    reserved = text[text.index("## Reserved and refused") :]
+    reserved = reserved[: reserved.index("## ", 3)]
+    for key in (
+        wire.XARG_SEEDS,
+        wire.XARG_SEED_ONLY,
+        wire.XARG_POLICY_VERSION,
+        wire.XARG_KEEP_OLD_OUTPUTS,
+        wire.XARG_TENANT,
+        wire.XARG_ADMISSION,
+    ):
+        assert f"`{key}`" in reserved, key
+    seeds = text[text.index("## Seeds without generating") :]
+    seeds = seeds[: seeds.index("## ", 3)]
+    for field in wire.SEEDS_REQUEST_FIELDS:
+        assert f"`{field}`" in seeds, field
