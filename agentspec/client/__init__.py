@@ -9,9 +9,12 @@ with AgentSpecClient(backends=["http://gpu1:8000", "http://gpu2:8000"], model="m
         print(reply.content, session.stats().acceptance_rate)
 ```
 
-Integrations that make their own HTTP calls route them with :class:`BackendRouter` (pins,
-health, and the retry machine of :mod:`agentspec.client.attempts`) and write their requests
-with :mod:`agentspec.client.protocol` (the ids and seeds a request carries, the session-stats
+Clients built on httpx (the OpenAI SDK, LangChain's ``ChatOpenAI``) pin sessions and fail
+over by taking an ``httpx.Client(transport=FailoverTransport(...))``
+(:mod:`agentspec.client.transport`). Integrations that make their own HTTP calls route them
+with :class:`BackendRouter` (pins, health, and the retry machine of
+:mod:`agentspec.client.attempts`) and write their requests with
+:mod:`agentspec.client.protocol` (the ids and seeds a request carries, the session-stats
 request, and the one mapping of HTTP answers to these errors). See docs/client.md.
 """
 
@@ -46,6 +49,7 @@ from .errors import (
 from .history import Seed, SeedKind, SeedScope
 from .router import BackendRouter, BackendState, classify_http_error
 from .session import AsyncChatStream, AsyncSession, ChatStream, Session
+from .transport import AsyncFailoverTransport, Failover, FailoverTransport, failover_policy
 from .types import ChatResult, SeedReceipt, SessionStats, TokenCompletion, Turn
 
 __all__ = [
@@ -53,6 +57,7 @@ __all__ = [
     "AgentSpecClientError",
     "AsyncAgentSpecClient",
     "AsyncChatStream",
+    "AsyncFailoverTransport",
     "AsyncSession",
     "Attempt",
     "AuthenticationError",
@@ -64,6 +69,8 @@ __all__ = [
     "ChatStream",
     "ClientClosedError",
     "ClientConfig",
+    "Failover",
+    "FailoverTransport",
     "Failure",
     "FailureKind",
     "InvalidIdError",
@@ -88,6 +95,7 @@ __all__ = [
     "classify_error",
     "classify_http_error",
     "describe",
+    "failover_policy",
     "normalise_backend",
     "parse_retry_after",
     "protocol",

@@ -208,7 +208,7 @@ class AgentSpecSession:
     @property
     def backend(self) -> str:
         """The backend this session's calls go to."""
-        if self.group_id is not None and self.model._pool is not None:
+        if self.group_id is not None and self.model.failover is not None:
             return self.model.backend_for(group_id=self.group_id)
         return self.model.backend_for(self.session_id)
 

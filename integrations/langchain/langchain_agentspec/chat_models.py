@@ -9,27 +9,25 @@ this class adds happens around each call:
 2. it puts them on the wire as ``X-Session-Id``/``X-Group-Id`` headers and in
    ``vllm_xargs`` (docs/wire.md), with the session's pending seeds in ``agentspec_seeds``,
    merging a per-call ``extra_body`` into the model's instead of replacing it;
-3. with several ``backends`` it pins the group to one of them by agentspec's rendezvous
-   hashing with bounded load, marks a backend down when it fails, and retries the call on
+3. with several ``backends`` its HTTP clients take agentspec's failover transport
+   (:mod:`agentspec.client.transport`), which pins the group to one backend by rendezvous
+   hashing with bounded load, marks a backend down when it fails, and sends the request to
    another one while no output has reached the caller.
 
 What a request carries and the session-stats request are agentspec's protocol layer
 (:mod:`agentspec.client.protocol`); the seed and statistics methods live in
-``_session_api`` (mixed in), so this module holds the ``ChatOpenAI`` subclass and its routing.
+``_session_api`` (mixed in), so this module holds only the ``ChatOpenAI`` subclass.
 """
 
 from __future__ import annotations
 
 import copy
-import logging
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Final, Self
 
+import httpx
 from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
     CallbackManagerForLLMRun,
@@ -42,9 +40,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_openai import ChatOpenAI
 from pydantic import Field, PrivateAttr, model_validator
 
-from agentspec.client import Attempt, BackendRouter, RetryPolicy, Seed, protocol
+from agentspec.client import AsyncFailoverTransport, Failover, FailoverTransport, Seed, normalise_backend, protocol
 
-from ._backends import classify_failure, make_router, normalise_backend, retry_policy
 from ._ids import GROUP_ARG, SESSION_ARG, CallIds, check_id, resolve_ids, run_metadata, with_session_metadata
 from ._seeds import SeedBook
 from ._session_api import AgentSpecSession, SessionAPI
@@ -52,16 +49,8 @@ from ._stats import NO_KEY
 
 __all__ = ["AgentSpecSession", "ChatAgentSpec", "merge_extra_body"]
 
-logger = logging.getLogger(__name__)
-
 BASE_URL_ENV: Final = "AGENTSPEC_BASE_URL"
 API_KEY_ENV: Final = "AGENTSPEC_API_KEY"
-# How many sessions' last backend is remembered for get_session_stats().
-_MAX_REMEMBERED_SESSIONS: Final = 10_000
-_UNREACHABLE: Final = "unreachable: a call's attempts end by returning or raising"
-# agentspec's retry machine, told what openai's errors mean; a call that stops raises the
-# original error (langchain-openai's own types), not agentspec's.
-_RETRY_OPTIONS: Final[dict[str, Any]] = {"classify": classify_failure, "reraise": True}
 
 
 def merge_extra_body(base: Mapping[str, Any] | None, override: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -91,45 +80,6 @@ class _Call:
     ids: CallIds
     kwargs: dict[str, Any]
     seeds: list[Seed] = field(default_factory=list)
-
-
-class _CallAttempt:
-    """One attempt of a call: the model bound to its backend, around agentspec's attempt.
-
-    ``with`` it around the call: leaving the block reports to agentspec's retry machine
-    (which marks a failed backend down and says whether another one takes the call), and
-    does this model's bookkeeping: where the session went, or its unsent seeds given back.
-    """
-
-    def __init__(self, owner: ChatAgentSpec, call: _Call, attempt: Attempt | None) -> None:
-        self.owner = owner
-        self.call = call
-        self.attempt = attempt
-        self.model = owner if attempt is None else owner._bound_to(attempt.backend)
-        self.started = False
-
-    def output(self) -> None:
-        """A chunk reached the caller: the call can no longer move."""
-        self.started = True
-        if self.attempt is not None:
-            self.attempt.output()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        # reraise=True: the machine never swaps the error, it only says whether to retry.
-        retry = self.attempt is not None and self.attempt.__exit__(exc_type, exc, tb)
-        if exc is None:
-            self.owner._succeeded(self.call, self.attempt.backend if self.attempt else None)
-        elif not retry and isinstance(exc, Exception) and not self.started:
-            self.owner._failed(self.call)
-        return retry
 
 
 class ChatAgentSpec(SessionAPI, ChatOpenAI):
@@ -199,6 +149,9 @@ class ChatAgentSpec(SessionAPI, ChatOpenAI):
     backends: list[str] | None = None
     """Several agentspec servers (base URLs, ``/v1`` optional). Mutually exclusive with
     ``base_url``. A group is pinned to one by rendezvous hashing with bounded load."""
+    failover: Failover | None = Field(default=None, exclude=True, repr=False)
+    """The pins and health of ``backends`` (built from them unless given). Pass one
+    :class:`~agentspec.client.Failover` to several models to pin their sessions alike."""
     load_factor: float = Field(default=1.25, ge=1.0)
     """Bounded-load factor of the pinning: no backend takes more than
     ``ceil(load_factor * (groups + 1) / n)`` groups when a new one is placed."""
@@ -215,12 +168,7 @@ class ChatAgentSpec(SessionAPI, ChatOpenAI):
     # With a custom base URL ChatOpenAI leaves streamed usage off; vLLM supports it.
     stream_usage: bool | None = True
 
-    _pool: BackendRouter | None = PrivateAttr(default=None)
-    _policy: RetryPolicy = PrivateAttr(default_factory=RetryPolicy)
     _seed_book: SeedBook = PrivateAttr(default_factory=SeedBook)
-    _backend_clients: dict[str, tuple[Any, Any]] = PrivateAttr(default_factory=dict)
-    _session_backend: OrderedDict[str, str] = PrivateAttr(default_factory=OrderedDict)
-    _state_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     # -- construction ---------------------------------------------------------------------
 
@@ -237,17 +185,23 @@ class ChatAgentSpec(SessionAPI, ChatOpenAI):
         values = dict(values)
         url_keys = ("base_url", "openai_api_base")
         given_url = next((values[k] for k in url_keys if values.get(k)), None)
-        backends = values.get("backends")
+        failover = values.get("failover")
+        backends = values.get("backends") or (list(failover.backends) if isinstance(failover, Failover) else None)
         if backends:
             if isinstance(backends, str):
                 backends = [backends]
             values["backends"] = list(dict.fromkeys(normalise_backend(b) for b in backends))
+            if isinstance(failover, Failover) and set(values["backends"]) != set(failover.backends):
+                msg = "backends and failover name different servers; pass one of them"
+                raise ValueError(msg)
             # A serialized model carries both (base_url is then the first backend).
             if given_url and normalise_backend(str(given_url)) not in values["backends"]:
                 msg = "pass either base_url or backends, not both"
                 raise ValueError(msg)
-            # ChatOpenAI builds its clients for one URL; calls swap in the pinned backend.
+            # ChatOpenAI builds its clients for one URL; the transport sends each request
+            # to its session's backend.
             given_url = values["backends"][0]
+            values.update(_failover_clients(values, cls))
         given_url = given_url or os.environ.get(BASE_URL_ENV)
         if given_url:
             for k in url_keys:
@@ -266,9 +220,6 @@ class ChatAgentSpec(SessionAPI, ChatOpenAI):
             msg = "ChatAgentSpec speaks the Chat Completions API; use_responses_api must be False"
             raise ValueError(msg)
         self._seed_book = SeedBook(max_per_session=self.max_seeds_per_request)
-        if self.backends:
-            self._pool = make_router(self.backends, load_factor=self.load_factor, cooldown_s=self.backend_cooldown_s)
-            self._policy = retry_policy(len(self._pool.backends))
         return self
 
     # -- LangChain identity ---------------------------------------------------------------
@@ -334,22 +285,13 @@ class ChatAgentSpec(SessionAPI, ChatOpenAI):
 
     def backend_for(self, session_id: str | None = None, group_id: str | None = None) -> str:
         """The backend base URL (without ``/v1``) a session's (or group's) calls go to."""
-        if self._pool is None:
+        if self.failover is None:
             return normalise_backend(str(self.openai_api_base))
         if group_id is not None:
-            return self._pick(check_id(GROUP_ARG, group_id))
+            return self.failover.backend_for(group_id=check_id(GROUP_ARG, group_id))
         sid = self._helper_session(session_id)
-        with self._state_lock:
-            known = self._session_backend.get(sid)
         # Where the session's calls went (its group may have come from run metadata).
-        return known or self._pick(self.group_id or sid)
-
-    def _pick(self, key: str) -> str:
-        assert self._pool is not None
-        backend = self._pool.resolve(key)
-        # With a cool-down the router always has a candidate: every backend, at worst.
-        assert backend is not None
-        return backend
+        return self.failover.backend_for(sid, self.group_id)
 
     # -- preparing a call -----------------------------------------------------------------
 
@@ -375,64 +317,10 @@ class ChatAgentSpec(SessionAPI, ChatOpenAI):
             kwargs["extra_headers"] = headers
         return _Call(ids=ids, kwargs=kwargs, seeds=seeds)
 
-    # -- routing --------------------------------------------------------------------------
-
-    def _bound_to(self, backend: str) -> ChatAgentSpec:
-        """A shallow copy of this model talking to ``backend``.
-
-        A copy rather than swapping our own clients keeps concurrent calls (threads, tasks)
-        independent; the copies share the connection pools, the pins and the seed book.
-        """
-        with self._state_lock:
-            clients = self._backend_clients.get(backend)
-            if clients is None:
-                api_base = _api_base(backend)
-                sync_root = self.root_client.with_options(base_url=api_base) if self.root_client else None
-                async_root = self.root_async_client.with_options(base_url=api_base) if self.root_async_client else None
-                clients = (sync_root, async_root)
-                self._backend_clients[backend] = clients
-        sync_root, async_root = clients
-        return self.model_copy(
-            update={
-                "openai_api_base": _api_base(backend),
-                "root_client": sync_root,
-                "client": sync_root.chat.completions if sync_root else None,
-                "root_async_client": async_root,
-                "async_client": async_root.chat.completions if async_root else None,
-            }
-        )
-
-    def _succeeded(self, call: _Call, backend: str | None) -> None:
-        if backend is None:
-            return
-        if call.ids.session_id is not None:
-            with self._state_lock:
-                self._session_backend[call.ids.session_id] = backend
-                self._session_backend.move_to_end(call.ids.session_id)
-                while len(self._session_backend) > _MAX_REMEMBERED_SESSIONS:
-                    self._session_backend.popitem(last=False)
-
     def _failed(self, call: _Call) -> None:
         # The server did not apply the seeds of a failed call: keep them for the next one.
         if call.ids.session_id is not None:
             self._seed_book.restore(call.ids.session_id, call.seeds)
-
-    def _attempts(self, call: _Call) -> Iterator[_CallAttempt]:
-        """The attempts of a call (sync paths): one, or with several backends as many as
-        agentspec's retry machine allows, each on a backend the call has not failed on."""
-        if self._pool is None:
-            yield _CallAttempt(self, call, None)
-            return
-        for attempt in self._pool.retry(call.ids.pin_key, self._policy, **_RETRY_OPTIONS):
-            yield _CallAttempt(self, call, attempt)
-
-    async def _aattempts(self, call: _Call) -> AsyncIterator[_CallAttempt]:
-        """Async :meth:`_attempts`."""
-        if self._pool is None:
-            yield _CallAttempt(self, call, None)
-            return
-        async for attempt in self._pool.aretry(call.ids.pin_key, self._policy, **_RETRY_OPTIONS):
-            yield _CallAttempt(self, call, attempt)
 
     # -- the four entry points ------------------------------------------------------------
 
@@ -444,12 +332,11 @@ class ChatAgentSpec(SessionAPI, ChatOpenAI):
         **kwargs: Any,
     ) -> ChatResult:
         call = self._prepare(run_manager, kwargs)
-        for attempt in self._attempts(call):
-            with attempt:
-                return super(ChatAgentSpec, attempt.model)._generate(
-                    messages, stop=stop, run_manager=run_manager, **call.kwargs
-                )
-        raise AssertionError(_UNREACHABLE)
+        try:
+            return super()._generate(messages, stop=stop, run_manager=run_manager, **call.kwargs)
+        except Exception:
+            self._failed(call)
+            raise
 
     async def _agenerate(
         self,
@@ -459,12 +346,11 @@ class ChatAgentSpec(SessionAPI, ChatOpenAI):
         **kwargs: Any,
     ) -> ChatResult:
         call = self._prepare(run_manager, kwargs)
-        async for attempt in self._aattempts(call):
-            with attempt:
-                return await super(ChatAgentSpec, attempt.model)._agenerate(
-                    messages, stop=stop, run_manager=run_manager, **call.kwargs
-                )
-        raise AssertionError(_UNREACHABLE)
+        try:
+            return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **call.kwargs)
+        except Exception:
+            self._failed(call)
+            raise
 
     def _stream(
         self,
@@ -474,15 +360,15 @@ class ChatAgentSpec(SessionAPI, ChatOpenAI):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         call = self._prepare(run_manager, kwargs)
-        for attempt in self._attempts(call):
-            with attempt:
-                # Once output reached the caller a retry would repeat it: the machine stops.
-                for chunk in super(ChatAgentSpec, attempt.model)._stream(
-                    messages, stop=stop, run_manager=run_manager, **call.kwargs
-                ):
-                    attempt.output()
-                    yield chunk
-                return
+        started = False
+        try:
+            for chunk in super()._stream(messages, stop=stop, run_manager=run_manager, **call.kwargs):
+                started = True
+                yield chunk
+        except Exception:
+            if not started:  # once output arrived, the server took the seeds
+                self._failed(call)
+            raise
 
     async def _astream(
         self,
@@ -492,11 +378,41 @@ class ChatAgentSpec(SessionAPI, ChatOpenAI):
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         call = self._prepare(run_manager, kwargs)
-        async for attempt in self._aattempts(call):
-            with attempt:
-                async for chunk in super(ChatAgentSpec, attempt.model)._astream(
-                    messages, stop=stop, run_manager=run_manager, **call.kwargs
-                ):
-                    attempt.output()
-                    yield chunk
-                return
+        started = False
+        try:
+            async for chunk in super()._astream(messages, stop=stop, run_manager=run_manager, **call.kwargs):
+                started = True
+                yield chunk
+        except Exception:
+            if not started:
+                self._failed(call)
+            raise
+
+
+def _failover_clients(values: dict[str, Any], model: type[ChatAgentSpec]) -> dict[str, Any]:
+    """The ``failover`` and the two HTTP clients through it, for a model with ``backends``.
+
+    Clients of the caller's own are kept when they come with the ``failover`` their
+    transports route with: the model must know where its sessions went.
+    """
+    failover = values.get("failover")
+    own_clients = values.get("http_client") is not None or values.get("http_async_client") is not None
+    if own_clients and not isinstance(failover, Failover):
+        msg = (
+            "with backends and your own http_client/http_async_client, pass failover= too: the "
+            "agentspec.client.Failover their transports (FailoverTransport, AsyncFailoverTransport) use"
+        )
+        raise ValueError(msg)
+    if not isinstance(failover, Failover):
+        fields = model.model_fields
+        failover = Failover(
+            values["backends"],
+            load_factor=values.get("load_factor", fields["load_factor"].default),
+            cooldown_s=values.get("backend_cooldown_s", fields["backend_cooldown_s"].default),
+        )
+    clients = {"failover": failover}
+    if values.get("http_client") is None:
+        clients["http_client"] = httpx.Client(transport=FailoverTransport(failover))
+    if values.get("http_async_client") is None:
+        clients["http_async_client"] = httpx.AsyncClient(transport=AsyncFailoverTransport(failover))
+    return clients

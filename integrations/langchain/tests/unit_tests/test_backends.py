@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import httpx
+import openai
 import pytest
 
+from agentspec.client import Failover, FailoverTransport
 from agentspec.client.routing import rendezvous_order
 from agentspec.testing.stub import StubServer
 from langchain_agentspec import ChatAgentSpec
-from langchain_agentspec._backends import is_backend_failure
+
+
+def is_backend_failure(exc: BaseException) -> bool:
+    """openai's error for a backend that failed (no answer, or a 5xx), not a refused request."""
+    if isinstance(exc, openai.APIConnectionError):
+        return True
+    return isinstance(exc, openai.APIStatusError) and exc.status_code >= 500
 
 
 def _pair_model(stubs: tuple[StubServer, StubServer], **kwargs: object) -> ChatAgentSpec:
@@ -76,8 +85,8 @@ def test_dead_backend_is_marked_and_the_session_moves(
         assert reply.content == "echo: hello"
         second = model.backend_for("mover")
         assert second != first
-        assert model._pool is not None
-        assert model._pool.states()[first].up is False
+        assert model.failover is not None
+        assert model.failover.router.states()[first].up is False
         alive = _by_url(stubs)[second]
         # The retry carried the session's ids and its seeds to the new backend.
         last = alive.generation_requests()[-1]
@@ -135,3 +144,66 @@ def test_all_backends_down_raises(stubs: tuple[StubServer, StubServer]) -> None:
     with pytest.raises(Exception) as info:
         model.invoke("x", session_id="doomed")
     assert is_backend_failure(info.value)
+
+
+def test_stream_cut_after_output_reaches_the_caller_and_moves_the_next_call(
+    stubs: tuple[StubServer, StubServer],
+) -> None:
+    """The transport's stated limit: a stream that broke after output is not retried (the
+    caller would see its start twice); the backend is marked down, the next call moves."""
+    model = _pair_model(stubs)
+    model.invoke("x", session_id="cut")
+    home = _by_url(stubs)[model.backend_for("cut")]
+    home.cut_stream_after = 1
+    model.add_seed("seed sent with the cut call", session_id="cut")
+    received: list[str] = []
+    with pytest.raises(Exception) as info:
+        for chunk in model.stream("one two three", session_id="cut"):
+            received.append(str(chunk.content))
+    assert "".join(received) == "echo:"
+    assert isinstance(info.value, openai.APIConnectionError)  # langchain-openai wraps the cut
+    assert len(home.generation_requests()) == 2  # the cut call was sent once
+    # The call reached the server, which took its seed: it is not sent again.
+    assert model.pending_seeds("cut") == []
+    assert model.invoke("again", session_id="cut").content == "echo: again"
+    assert model.backend_for("cut") != home.url
+
+
+def test_openai_retries_stack_on_failover(stubs: tuple[StubServer, StubServer]) -> None:
+    """The transport's other stated limit: each of the SDK's tries fails over across all
+    backends, so ``max_retries=1`` with two backends is four attempts."""
+    model = ChatAgentSpec(model="tiny", backends=[s.url for s in stubs], max_retries=1, backend_cooldown_s=0.0)
+    for stub in stubs:
+        stub.fail_next(100, status=500)
+    with pytest.raises(Exception) as info:
+        model.invoke("x", session_id="stacked")
+    assert is_backend_failure(info.value)
+    assert [len(s.generation_requests()) for s in stubs] == [2, 2]
+
+
+def test_models_given_one_failover_pin_alike(stubs: tuple[StubServer, StubServer]) -> None:
+    failover = Failover([s.url for s in stubs], cooldown_s=60.0)
+    planner = ChatAgentSpec(model="tiny", failover=failover, max_retries=0)
+    coder = ChatAgentSpec(model="tiny", failover=failover, max_retries=0, temperature=0.0)
+    assert planner.backends == coder.backends == [s.url for s in stubs]
+    planner.invoke("plan", session_id="shared")
+    home = _by_url(stubs)[planner.backend_for("shared")]
+    home.stop()
+    try:
+        coder.invoke("code", session_id="shared")  # fails over, and the planner learns of it
+        assert planner.backend_for("shared") == coder.backend_for("shared") != home.url
+    finally:
+        home.start()
+
+
+def test_own_http_client_with_backends_needs_its_failover(stubs: tuple[StubServer, StubServer]) -> None:
+    urls = [s.url for s in stubs]
+    with pytest.raises(ValueError, match="pass failover= too"):
+        ChatAgentSpec(model="tiny", backends=urls, http_client=httpx.Client())
+    with pytest.raises(ValueError, match="different servers"):
+        ChatAgentSpec(model="tiny", backends=urls[:1], failover=Failover(urls))
+    failover = Failover(urls)
+    own = httpx.Client(transport=FailoverTransport(failover))
+    model = ChatAgentSpec(model="tiny", failover=failover, http_client=own, max_retries=0)
+    model.invoke("x", session_id="own")
+    assert failover.backend_for("own") == model.backend_for("own")
