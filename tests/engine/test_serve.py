@@ -440,3 +440,52 @@ def test_every_setting_reaches_the_server_from_its_option(tmp_path: Path) -> Non
     assert settings.index.max_sessions == 1000 and settings.share_across_tenants
     # Options not given keep the fields' defaults (and are not written out).
     assert '"full_draft_batch"' not in result.output and settings.full_draft_batch == 8
+
+
+@pytest.mark.parametrize(
+    "option",
+    [[], ["--agentspec-drafter"]],
+    ids=["model", "drafter"],
+)
+def test_a_missing_model_folder_is_reported_before_vllm_is_imported(tmp_path: Path, option: list[str]) -> None:
+    """One line, exit 2, no traceback, and neither vLLM nor torch imported by then: at
+    once, not after the minutes vLLM takes to fail on it."""
+    missing = str(tmp_path / "no-such-model")
+    args = ["serve", "org/model", *option, missing] if option else ["serve", missing, "--port", "8001"]
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print(sorted(m for m in ('vllm', 'torch') if m in sys.modules)))\n"
+        "from agentspec.cli import app\n"
+        f"app({args!r})\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    prefix = "error: agentspec serve: " + ("--agentspec-drafter: " if option else "")
+    assert out.stderr.splitlines() == [f"{prefix}no such model folder: {missing}"]
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("model", "refused"),
+    [
+        ("Qwen/Qwen2.5-7B-Instruct", False),  # a hub id is never taken for a path
+        ("gpt2", False),
+        ("models/qwen", False),  # may be a hub id: left to vLLM
+        ("/no/such/qwen", True),
+        ("./qwen", True),
+        ("../qwen", True),
+        ("~/qwen", True),
+        ("models/qwen/7b", True),  # more than one /: no hub id
+        (".", False),  # there
+        ("./here", False),
+    ],
+)
+def test_which_models_are_taken_for_paths(
+    model: str, refused: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentspec.engine.launcher.serve import missing_local_model
+
+    (tmp_path / "cwd" / "here").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "cwd")
+    assert (missing_local_model(model) is not None) is refused

@@ -218,6 +218,8 @@ def serve(ctx: typer.Context, **values: Any) -> None:
     """Start vLLM's OpenAI-compatible server with agentspec.
 
     The model comes first (agentspec serve ./my-model --port 8000) or as --model, anywhere.
+    A model that is a path (starting with /, ./, ../ or ~, or with more than one /) must
+    exist; any other name goes to vLLM as is (a Hugging Face id such as Qwen/Qwen3-8B).
 
     Every option not listed below is vLLM's: it passes through, checked by vLLM's own parser.
     vLLM's options: python -m agentspec.engine.vllm.launch --help
@@ -231,6 +233,8 @@ def serve(ctx: typer.Context, **values: Any) -> None:
     unknown = [a.split("=", 1)[0] for a in ctx.args if a.startswith(OPTION_PREFIX)]
     if unknown:
         _fail(f"no such option: {unknown[0]} (agentspec's options: {', '.join(agentspec_options(ctx))})", 2)
+    # Paths first: a missing folder would otherwise fail only once vLLM has loaded (minutes).
+    _check_paths(ctx.args, values)
     try:
         if vllm_missing is None:
             model, vllm_args = split_model(ctx.args)
@@ -238,6 +242,8 @@ def serve(ctx: typer.Context, **values: Any) -> None:
             model, vllm_args = split_model_without_vllm(ctx.args)
     except VllmArgsError as exc:
         _fail(str(exc), 2)
+    if (missing := missing_local_model(model)) is not None:  # a model the cheap reading did not find
+        _fail(missing, 2)
     try:
         settings = launch_settings(values, vllm_args)
         if settings.drafter is not None:
@@ -323,6 +329,8 @@ def _serve_signature() -> inspect.Signature:
 
 
 SETTING_OPTIONS = setting_options()
+#: serve's parameter for ``--agentspec-drafter`` (the drafter's model).
+DRAFTER_PARAM = next(o.param for o in SETTING_OPTIONS if o.path == ("drafter", "model"))
 serve.__signature__ = _serve_signature()  # type: ignore[attr-defined]
 
 
@@ -363,6 +371,43 @@ def default_replica_id(vllm_args: list[str]) -> str:
     """``HOST:PORT``: the same for a server restarted on the same machine and port, and
     unique within a fleet whose machines have unique names."""
     return f"{socket.gethostname()}:{_option_value(vllm_args, '--port') or DEFAULT_PORT}"
+
+
+def missing_local_model(model: str) -> str | None:
+    """The one-line error for a ``model`` that names a local path that is not there; None
+    for one that is there or that is not a path.
+
+    The rule: ``model`` is a path when it starts with ``/``, ``./``, ``../`` or ``~`` (or is
+    ``.`` or ``..``), or has more than one ``/``. A Hugging Face hub id is ``name`` or
+    ``org/name``, so none is ever taken for a path; a relative ``folder/model`` without
+    ``./`` is left to vLLM, which reads it as a folder when there is one and as an id
+    otherwise.
+    """
+    is_path = model in (".", "..") or model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
+    if not is_path or os.path.exists(model):
+        return None
+    message = f"no such model folder: {model}"
+    if model.startswith("~") and os.path.exists(os.path.expanduser(model)):
+        message += " (~ is not expanded inside quotes: give the full path)"
+    return message
+
+
+def _check_paths(args: list[str], values: dict[str, Any]) -> None:
+    """Refuse a missing model folder or drafter folder before vLLM is imported. The model
+    is read without vLLM's parser here (first argument or ``--model``); where that finds
+    none, serve checks the model vLLM's parser finds."""
+    try:
+        model, _ = split_model_without_vllm(args)
+    except VllmArgsError:
+        model = None
+    if model is not None and (missing := missing_local_model(model)) is not None:
+        _fail(missing, 2)
+    drafter = values.get(DRAFTER_PARAM)
+    if drafter is not None:
+        try:
+            drafter_model(drafter)
+        except ValueError as exc:
+            _fail(f"--agentspec-drafter: {exc}", 2)
 
 
 def drafter_model(name: str) -> str:
