@@ -6,6 +6,8 @@ so they stay in step with the code (mkdocs.yml names this file).
 - ``changelog.md``: CHANGELOG.md;
 - ``cli.md``: the command-line reference, generated from the CLI (typer's docs generator);
 - the table of Prometheus series in ``metrics.md``, from ``agentspec.engine.api_server.prometheus.SERIES``;
+- the table of ``agentspec serve``'s ``--agentspec-*`` options in ``engine.md``, from the
+  settings' generated options (``agentspec.engine.launcher.options``), as ``serve -h`` shows them;
 - ``report.md`` and ``replay-al.png``: ``agentspec bench --speed-model h100:8b`` on the bundled slice, run now
   (or read from the folder named by ``AGENTSPEC_DOCS_REPORT``: replay.json and al.png); bench.md's
   table of the slice comes from the same run;
@@ -118,6 +120,31 @@ def series_table() -> str:
     return "\n".join(lines)
 
 
+#: Where engine.md wants the table of serve's own options.
+SERVE_OPTIONS_MARKER = "<!-- agentspec:serve-options -->"
+_DOCS_MENTION = re.compile(r"\bdocs/([\w-]+\.md)\b")
+
+
+def serve_options_table(options: list[Any] | None = None) -> str:
+    """The Markdown table of ``agentspec serve``'s ``--agentspec-*`` options: the
+    settings' ``options`` (default: serve's own, :data:`SETTING_OPTIONS`) and the dry run,
+    each with the default and help that ``serve -h`` shows."""
+    from agentspec.engine.launcher import serve
+
+    def cell(text: str) -> str:
+        # Help is plain text: a pipe would split the cell, a star start emphasis.
+        text = text.replace("|", "\\|").replace("*", "\\*")
+        return _DOCS_MENTION.sub(r"[docs/\1](\1)", text)
+
+    lines = ["| option | default | meaning |", "|---|---|---|"]
+    for option in serve.SETTING_OPTIONS if options is None else options:
+        flag = f"{option.flag} {option.metavar}" if option.metavar else option.flag
+        default = "off" if option.is_flag else (f"`{option.default}`" if option.default is not None else "—")
+        lines.append(f"| `{flag}` | {default} | {cell(option.help)} |")
+    lines.append(f"| `--agentspec-dry-run` | off | {cell(serve.DRY_RUN_HELP)} |")
+    return "\n".join(lines)
+
+
 #: Where bench.md wants the table of the bundled slice (from the report's run).
 SLICE_MARKER = "<!-- agentspec:slice-table -->"
 _SLICE: dict[str, Any] = {}
@@ -227,6 +254,10 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         if SERIES_MARKER not in markdown:
             raise ValueError(f"metrics.md lost its {SERIES_MARKER} marker")
         markdown = markdown.replace(SERIES_MARKER, series_table())
+    if path == "engine.md":
+        if SERVE_OPTIONS_MARKER not in markdown:
+            raise ValueError(f"engine.md lost its {SERVE_OPTIONS_MARKER} marker")
+        markdown = markdown.replace(SERVE_OPTIONS_MARKER, serve_options_table())
     if SLICE_MARKER in markdown:
         markdown = markdown.replace(SLICE_MARKER, slice_table(_SLICE["result"]))
     markdown = figures.render_tables(markdown, figures.Results())

@@ -112,3 +112,36 @@ def test_marked_tables_are_made_from_the_measured_results() -> None:
     text = hooks.figures.render_tables("<!-- agentspec:table dev-set -->", hooks.figures.Results())
     assert text.startswith("| source | trajectories | calls |")
     assert "| **all** |" in text and "benchmarks/results/dev-replay-targets.json" in text
+
+
+def test_engines_table_of_options_is_every_option_serve_h_lists() -> None:
+    import re
+
+    from typer.testing import CliRunner
+
+    from agentspec.cli import app
+
+    help_text = CliRunner().invoke(app, ["serve", "-h"], env={"COLUMNS": "240"}, terminal_width=240).output
+    listed = set(re.findall(r"(--agentspec-[a-z-]+)", help_text))
+    table = hooks.serve_options_table()
+    shown = set(re.findall(r"^\| `(--agentspec-[a-z-]+)", table, re.MULTILINE))
+    assert listed and shown == listed
+    assert hooks.SERVE_OPTIONS_MARKER in (Path(__file__).parents[1] / "docs" / "engine.md").read_text()
+    # Defaults and metavars as serve -h shows them; help text stays inside its cell.
+    assert "| `--agentspec-full-draft-batch INT` | `8` | Full-length drafts up to" in table
+    assert "| `--agentspec-share-across-tenants` | off |" in table
+    assert "`--agentspec-drafter-method draft_model|eagle|eagle3`" in table
+    assert "(secrets shown as \\*\\*\\*)" in table and "[docs/security.md](security.md)" in table
+
+
+def test_engines_table_of_options_follows_the_settings_help() -> None:
+    import dataclasses
+
+    from agentspec.engine.launcher.options import setting_options
+
+    changed = [
+        dataclasses.replace(o, help="A changed help | with a pipe.") if o.flag == "--agentspec-max-seeds" else o
+        for o in setting_options()
+    ]
+    line = next(line for line in hooks.serve_options_table(changed).splitlines() if "--agentspec-max-seeds " in line)
+    assert line == "| `--agentspec-max-seeds INT` | `16` | A changed help \\| with a pipe. |"

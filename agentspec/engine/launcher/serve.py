@@ -72,6 +72,8 @@ SERVE_CONTEXT: dict[str, Any] = {
 MASK = "***"
 
 MIDDLEWARE = "agentspec.engine.api_server.middleware.SessionIdMiddleware"
+#: ``--agentspec-dry-run``'s help (the one option that is not a setting).
+DRY_RUN_HELP = "Print the vLLM command and environment (secrets shown as ***), don't run."
 #: vLLM's port when ``--port`` is not given.
 DEFAULT_PORT = 8000
 #: The module that runs vLLM's ``serve`` command (``python -m``).
@@ -317,11 +319,7 @@ def _serve_signature() -> inspect.Signature:
         params.append(
             inspect.Parameter(option.param, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
         )
-    dry_run = typer.Option(
-        "--agentspec-dry-run",
-        help="Print the vLLM command and environment (secrets shown as ***), don't run.",
-        metavar="",
-    )
+    dry_run = typer.Option("--agentspec-dry-run", help=DRY_RUN_HELP, metavar="")
     params.append(
         inspect.Parameter("dry_run", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=Annotated[bool, dry_run])
     )
