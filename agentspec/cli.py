@@ -8,15 +8,38 @@ needs when it runs and, when an extra is missing, says which one to install
 from __future__ import annotations
 
 import importlib.metadata
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.core
 
 from agentspec.engine.launcher.serve import SERVE_CONTEXT, serve
 from agentspec.replay.cli import bench
 
+
+class _FlagsWithoutType:
+    """Help lists a flag (``--help`` and ``--version`` included) without a type after it:
+    it takes no value (typer's rich help would show ``<bool>``)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params: list[Any] = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+class _Group(_FlagsWithoutType, typer.core.TyperGroup):
+    pass
+
+
+class _Command(_FlagsWithoutType, typer.core.TyperCommand):
+    pass
+
+
 app = typer.Typer(
     name="agentspec",
+    cls=_Group,
     help="Session-aware speculative decoding for LLM agent loops on vLLM.",
     no_args_is_help=True,
     add_completion=False,
@@ -41,9 +64,10 @@ def main(
     """Session-aware speculative decoding for LLM agent loops on vLLM."""
 
 
-app.command("bench", help="Replay recorded agent trajectories through draft proposers.")(bench)
+app.command("bench", cls=_Command, help="Replay recorded agent trajectories through draft proposers.")(bench)
 app.command(
     "serve",
+    cls=_Command,
     context_settings=SERVE_CONTEXT,
     options_metavar="MODEL [OPTIONS] [vLLM OPTIONS]",
     short_help="Start vLLM's OpenAI server with agentspec.",

@@ -42,9 +42,10 @@ def bench(
         typer.Option(help="Trajectories file (.jsonl[.gz]). Default: the bundled slice.", dir_okay=False),
     ] = None,
     sources: Annotated[str | None, typer.Option(help="Comma list of sources (default: all).")] = None,
-    limit: Annotated[int | None, typer.Option(help="At most N trajectories per source.", min=1)] = None,
+    # Counts show as N (typer's own label for a bounded int reads "<int range>").
+    limit: Annotated[int | None, typer.Option(help="At most N trajectories per source.", min=1, metavar="N")] = None,
     proposers: Annotated[str, typer.Option(help="Comma list of proposers to compare.")] = ",".join(DEFAULT_PROPOSERS),
-    replicas: Annotated[int, typer.Option(help="Simulated servers, each with its own index.", min=1)] = 1,
+    replicas: Annotated[int, typer.Option(help="Simulated servers, each with its own index.", min=1, metavar="N")] = 1,
     routing: Annotated[
         str,
         typer.Option(
@@ -69,11 +70,14 @@ def bench(
             help="With --exchange: outputs reach the other replicas N calls after theirs ended"
             " (delivery delay; 0: at once).",
             min=0,
+            metavar="N",
         ),
     ] = 0,
     window: Annotated[
         int | None,
-        typer.Option(help="Condenser emulation: keep system + task + recent messages within N tokens.", min=1),
+        typer.Option(
+            help="Condenser emulation: keep system + task + recent messages within N tokens.", min=1, metavar="N"
+        ),
     ] = None,
     seed_dropped: Annotated[
         bool,
@@ -83,7 +87,9 @@ def bench(
             help="Condenser seeding: what --window drops is seeded into the session (prior_turn).",
         ),
     ] = False,
-    concurrency: Annotated[int, typer.Option(help="Trajectories in flight (turns interleaved).", min=1)] = 8,
+    concurrency: Annotated[
+        int, typer.Option(help="Trajectories in flight (turns interleaved).", min=1, metavar="N")
+    ] = 8,
     lockstep: Annotated[
         bool,
         typer.Option(
@@ -94,7 +100,7 @@ def bench(
             " budget), not one whole call after another.",
         ),
     ] = False,
-    jobs: Annotated[int, typer.Option(help="Replay sources in N parallel processes.", min=1)] = 1,
+    jobs: Annotated[int, typer.Option(help="Replay sources in N parallel processes.", min=1, metavar="N")] = 1,
     baseline: Annotated[
         str | None,
         typer.Option(help="Proposer the table's ratios refer to (default: vllm-suffix when compared, else the first)."),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +210,25 @@ def test_flags_show_no_type_in_help(app: typer.Typer) -> None:
         (line,) = [line for line in result.output.splitlines() if flag in line]
         assert "<bool>" not in line, line
     assert "spread|session|group|client" in result.output
+
+
+def _commands() -> list[list[str]]:
+    from agentspec.cli import app
+
+    return [[], *([name] for name in sorted(typer.main.get_command(app).commands))]
+
+
+@pytest.mark.parametrize("command", _commands(), ids=lambda c: " ".join(["agentspec", *c]))
+def test_no_help_shows_a_type_after_a_flag_or_an_int_range(command: list[str]) -> None:
+    """Every command's help (the root's too): a flag, --help and --version included, takes
+    no value so shows no type; a bounded count shows N, not typer's "<int range>"."""
+    from agentspec.cli import app
+
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "240"}, terminal_width=240)
+    assert result.exit_code == 0, result.output
+    for flag in ("--help", *(["--version"] if not command else [])):
+        (line,) = [line for line in result.output.splitlines() if re.search(rf"{flag}\b(?!-)", line) and "│" in line]
+        assert re.search(rf"{flag}\s+(-h\s+)?[A-Z]", line), line  # the help text right after the names
+    assert "<bool>" not in result.output and "range>" not in result.output
+    if command == ["bench"]:
+        assert re.search(r"--limit\s+N\s+\[x>=1\]", result.output)
