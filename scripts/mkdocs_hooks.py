@@ -15,6 +15,13 @@ so they stay in step with the code (mkdocs.yml names this file).
   ``benchmarks/results/`` (``scripts/check_doc_figures.py``, which also checks the figures the
   pages quote in their text against them).
 
+The last three are kept in ``docs/`` too, so they read in the repository as on the site
+(the tables between ``<!-- agentspec:NAME -->`` and ``<!-- /agentspec:NAME -->``); the build
+makes them anew either way, and tests/test_docs_hooks.py fails when the kept copy is stale.
+Write them anew with::
+
+    .venv/bin/python scripts/mkdocs_hooks.py
+
 Links written for the repository (``docs/wire.md``, ``../../README.md``) are rewritten to
 the site's pages; a link to a file that is not a page (an example script) becomes its path
 in code type, so ``mkdocs build --strict`` finds no broken link.
@@ -99,9 +106,8 @@ def _cli_reference() -> str:
     command = typer.main.get_command(app)
     ctx = command.make_context("agentspec", [], resilient_parsing=True)
     body = get_docs_for_click(obj=command, ctx=ctx, name="agentspec")
-    return "# Command-line reference\n\nGenerated from the `agentspec` command itself.\n\n" + body.replace(
-        "# `agentspec`", "## `agentspec`", 1
-    )
+    head = "# Command-line reference\n\nGenerated from the `agentspec` command itself (`scripts/mkdocs_hooks.py`).\n\n"
+    return head + body.replace("# `agentspec`", "## `agentspec`", 1).rstrip("\n") + "\n"
 
 
 #: Where metrics.md wants the table of series.
@@ -143,6 +149,41 @@ def serve_options_table(options: list[Any] | None = None) -> str:
         lines.append(f"| `{flag}` | {default} | {cell(option.help)} |")
     lines.append(f"| `--agentspec-dry-run` | off | {cell(serve.DRY_RUN_HELP)} |")
     return "\n".join(lines)
+
+
+#: Page -> its generated tables, by marker name (kept in the page between the markers).
+BLOCKS: dict[str, dict[str, Any]] = {
+    "metrics.md": {"series": series_table},
+    "engine.md": {"serve-options": serve_options_table},
+}
+#: Pages generated whole (kept in docs/ as well).
+PAGES: dict[str, Any] = {"cli.md": _cli_reference}
+
+
+def refresh_blocks(markdown: str, blocks: dict[str, Any]) -> str:
+    """``markdown`` with each generated table made anew between its markers (a lone
+    start marker gets its table and end marker). Raises ``ValueError`` for a lost marker."""
+    for name, make in blocks.items():
+        start, end = f"<!-- agentspec:{name} -->", f"<!-- /agentspec:{name} -->"
+        block = re.compile(re.escape(start) + r"(?:.*?" + re.escape(end) + ")?", re.DOTALL)
+        if block.search(markdown) is None:
+            raise ValueError(f"a page lost its {start} marker")
+        filled = f"{start}\n\n{make()}\n\n{end}"
+        markdown = block.sub(lambda _m, filled=filled: filled, markdown, count=1)
+    return markdown
+
+
+def generated_docs(docs: Path = ROOT / "docs") -> dict[Path, str]:
+    """What the kept generated pages and tables in ``docs`` should hold, by file."""
+    out = {docs / page: make() for page, make in PAGES.items()}
+    for page, blocks in BLOCKS.items():
+        out[docs / page] = refresh_blocks((docs / page).read_text(), blocks)
+    return out
+
+
+def stale_docs(docs: Path = ROOT / "docs") -> list[str]:
+    """The kept generated files in ``docs`` whose text is not what the code makes now."""
+    return [path.name for path, text in generated_docs(docs).items() if not path.exists() or path.read_text() != text]
 
 
 #: Where bench.md wants the table of the bundled slice (from the report's run).
@@ -231,7 +272,6 @@ def on_files(files: Files, config: Any) -> Files:
     pages = {
         "index.md": (ROOT / "README.md").read_text(),
         "changelog.md": (ROOT / "CHANGELOG.md").read_text(),
-        "cli.md": _cli_reference(),
     }
     for name in INTEGRATIONS:
         pages[f"integrations/{name}.md"] = (ROOT / "integrations" / name / "README.md").read_text()
@@ -250,15 +290,19 @@ def on_files(files: Files, config: Any) -> Files:
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
     path = page.file.src_uri
     source_dir = _SOURCES.get(path, "docs")
-    if path == "metrics.md":
-        if SERIES_MARKER not in markdown:
-            raise ValueError(f"metrics.md lost its {SERIES_MARKER} marker")
-        markdown = markdown.replace(SERIES_MARKER, series_table())
-    if path == "engine.md":
-        if SERVE_OPTIONS_MARKER not in markdown:
-            raise ValueError(f"engine.md lost its {SERVE_OPTIONS_MARKER} marker")
-        markdown = markdown.replace(SERVE_OPTIONS_MARKER, serve_options_table())
+    # Made anew from the code, whatever the kept copy says (the tests catch a stale one).
+    if path in PAGES:
+        markdown = PAGES[path]()
+    if path in BLOCKS:
+        markdown = refresh_blocks(markdown, BLOCKS[path])
     if SLICE_MARKER in markdown:
         markdown = markdown.replace(SLICE_MARKER, slice_table(_SLICE["result"]))
     markdown = figures.render_tables(markdown, figures.Results())
     return rewrite_links(markdown, path, source_dir)
+
+
+if __name__ == "__main__":
+    for file, text in generated_docs().items():
+        if not file.exists() or file.read_text() != text:
+            file.write_text(text)
+            print(f"wrote {file.relative_to(ROOT)}")

@@ -145,3 +145,20 @@ def test_engines_table_of_options_follows_the_settings_help() -> None:
     ]
     line = next(line for line in hooks.serve_options_table(changed).splitlines() if "--agentspec-max-seeds " in line)
     assert line == "| `--agentspec-max-seeds INT` | `16` | A changed help \\| with a pipe. |"
+
+
+def test_the_generated_pages_kept_in_docs_are_current() -> None:
+    """docs/cli.md and the generated tables in metrics.md and engine.md read in the
+    repository as on the site."""
+    stale = hooks.stale_docs()
+    assert not stale, f"stale: {', '.join(stale)}; write them anew: .venv/bin/python scripts/mkdocs_hooks.py"
+
+
+def test_generated_tables_are_made_anew_between_their_markers() -> None:
+    blocks = {"t": lambda: "| new |"}
+    kept = "a\n\n<!-- agentspec:t -->\n\n| old |\n\n<!-- /agentspec:t -->\n\nb"
+    assert hooks.refresh_blocks(kept, blocks) == "a\n\n<!-- agentspec:t -->\n\n| new |\n\n<!-- /agentspec:t -->\n\nb"
+    lone = "a\n\n<!-- agentspec:t -->\n\nb"
+    assert hooks.refresh_blocks(lone, blocks) == "a\n\n<!-- agentspec:t -->\n\n| new |\n\n<!-- /agentspec:t -->\n\nb"
+    with pytest.raises(ValueError, match="lost its <!-- agentspec:t --> marker"):
+        hooks.refresh_blocks("a", blocks)
