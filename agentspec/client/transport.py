@@ -57,8 +57,6 @@ from .router import BackendRouter, classify_http_error
 
 __all__ = ["AsyncFailoverTransport", "Failover", "FailoverTransport", "failover_policy"]
 
-# The caller's error, not ours, ends a request the machine gives up on.
-_RETRY_OPTIONS = {"classify": classify_http_error, "reraise": True}
 _UNREACHABLE = "unreachable: a request's attempts end by returning or raising"
 
 
@@ -216,10 +214,12 @@ class FailoverTransport(httpx.BaseTransport):
         rest = self.failover.target(request.url)
         if rest is None:
             return self._inner.handle_request(request)
-        request.read()
+        request.read()  # every attempt sends the same body
         failover = self.failover
         try:
-            for attempt in failover.router.retry(failover.pin_key(request.headers), failover.policy, **_RETRY_OPTIONS):
+            for attempt in failover.router.retry(
+                failover.pin_key(request.headers), failover.policy, classify=classify_http_error, reraise=True
+            ):
                 with attempt:
                     response = self._inner.handle_request(_readdressed(request, attempt.backend + rest))
                     if response.status_code >= 500:
@@ -259,7 +259,7 @@ class AsyncFailoverTransport(httpx.AsyncBaseTransport):
         failover = self.failover
         try:
             async for attempt in failover.router.aretry(
-                failover.pin_key(request.headers), failover.policy, **_RETRY_OPTIONS
+                failover.pin_key(request.headers), failover.policy, classify=classify_http_error, reraise=True
             ):
                 with attempt:
                     response = await self._inner.handle_async_request(_readdressed(request, attempt.backend + rest))
