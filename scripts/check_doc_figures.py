@@ -45,6 +45,8 @@ LAG64 = "dev-exchange-lag-64.json.gz"
 #: Decoding steps timed on one H200 (docs/speed.md).
 STEPS = "h200-step-times.json"
 STEPS_70B = "h200-step-times-70b-40-layers.json"
+#: The live benchmark on the real model, on this project's 2-core CPU (docs/bench.md).
+LIVE = "live-smollm2-cpu.json"
 
 #: The command that wrote each file (run from the repository's root; a ``.json.gz`` is the
 #: ``.json`` it wrote, compressed by ``gzip -9n``).
@@ -63,6 +65,7 @@ COMMANDS: dict[str, str] = {
     },
     STEPS: "python benchmarks/gpu_step_time.py --models 8b,32b --out h200-step-times.json",
     STEPS_70B: "python benchmarks/gpu_step_time.py --models 70b --layers 40 --out h200-step-times-70b-40-layers.json",
+    LIVE: "python benchmarks/live_bench.py --cache-dir .cache/real-model --runs 3 --json live-smollm2-cpu.json",
 }
 
 TABLE_MARKER = re.compile(r"<!-- agentspec:table ([\w.-]+) -->")
@@ -256,6 +259,43 @@ def figures() -> Iterator[Figure]:
     eight_ratio = eight(OURS, field="al_vs_baseline")
     shared_ratio = exchanging(OURS, field="al_vs_baseline")
     suffix_mini_index = ms(one(BASE, mini, "index_us_per_call"))
+
+    # bench.md and the README: the live benchmark on the real model
+    yield fig(
+        "bench.md",
+        "(AL {} against {}) and delivers {}x its tokens/s",
+        (live("dev", OURS, "al"), F2),
+        (live("dev", BASE, "al"), F2),
+        (live("dev", OURS, "vs_vllm_suffix"), F2),
+    )
+    yield fig(
+        "bench.md",
+        "its AL is higher too ({} against {}) but tokens/s are even ({}x)",
+        (live("loop", OURS, "al"), F2),
+        (live("loop", BASE, "al"), F2),
+        (live("loop", OURS, "vs_vllm_suffix"), F2),
+    )
+    yield fig(
+        "bench.md",
+        "at a lower acceptance rate ({} against {} on the loops)",
+        (live("loop", OURS, "acceptance"), F3),
+        (live("loop", BASE, "acceptance"), F3),
+    )
+    for workload, what in LIVE_WORKLOADS.items():
+        yield fig(
+            "../README.md",
+            f"| {workload}: {what} | " + "{} | {} | {} | {} |",
+            (live(workload, OURS, "vs_vllm_suffix"), F2),
+            (live(workload, OURS, "vs_none"), F2),
+            (live(workload, OURS, "al"), F2),
+            (live(workload, BASE, "al"), F2),
+        )
+    yield fig(
+        "../README.md",
+        "AL agentspec / vllm-suffix {} on one server and {} on eight replicas exchanging outputs",
+        (one(OURS, field="al_vs_baseline"), F3),
+        (exchanging(OURS, field="al_vs_baseline"), F3),
+    )
 
     # policy.md: the development set, benchmarks/replay_targets.py
     yield fig("policy.md", "replays all {} calls of the [development set]", (one(OURS, field="calls"), ",.0f"))
@@ -681,7 +721,57 @@ def table_dev_exchange_lag(results: Results) -> str:
 
 
 #: Table name (the marker's) -> what makes it from the results.
+#: The live benchmark's workloads as the README's table names them.
+LIVE_WORKLOADS = {"dev": "recorded agent conversations", "loop": "repair loops on the model's own answers"}
+
+
+def live(workload: str, server: str, field: str, at: int = 0) -> Get:
+    """benchmarks/live_bench.py: a median (``at=0``), minimum (1) or maximum (2) over runs."""
+    return Get(LIVE, ("summary", workload, server, field, at))
+
+
+def table_live(results: Results) -> str:
+    """docs/bench.md: tokens/s, AL and acceptance per server and workload on the real model."""
+    data = results.json(LIVE)
+    lines = _header(
+        "workload", "server", "tokens/s", "vs vllm-suffix", "vs none", "AL", "acceptance", "replay AL", "steps = server"
+    )
+
+    def cell(value: Any, spec: str) -> str:
+        if value is None:
+            return "-"
+        median, low, high = value
+        return f"{median:{spec}} ({low:{spec}}-{high:{spec}})"
+
+    for workload, servers in data["summary"].items():
+        for server, row in servers.items():
+            exact = row.get("steps_equal_server")
+            lines.append(
+                _row(
+                    [
+                        workload,
+                        server,
+                        cell(row["tokens_per_s"], ".1f"),
+                        cell(row["vs_vllm_suffix"], ".2f"),
+                        cell(row["vs_none"], ".2f"),
+                        cell(row["al"], ".2f"),
+                        cell(row["acceptance"], ".3f") if server != "none" else "-",
+                        cell(row["replay_al"], ".2f"),
+                        "-" if exact is None else ("yes" if exact else "no"),
+                    ]
+                )
+            )
+    size = {w: next(iter(s.values())) for w, s in data["summary"].items()}
+    sizes = "; ".join(f"{w}: {r['calls']} calls, {r['output_tokens']:,} output tokens" for w, r in size.items())
+    note = (
+        f"\n*Median (min-max) of {next(iter(size.values()))['runs']} runs on {data['cpus']} CPU cores, one server at"
+        f" a time; per server and run, {sizes}.*"
+    )
+    return "\n".join(lines) + "\n" + note + _from(LIVE)
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
+    "live-smollm2-cpu": table_live,
     "dev-set": table_dev_set,
     "dev-one-server": table_dev_one_server,
     "dev-eight-replicas": table_dev_eight_replicas,

@@ -17,7 +17,7 @@ set, else into the session's temporary folder), one session fixture per server k
 - ``agentspec_real_server`` and ``plain_real_server``: ``agentspec serve`` and plain vLLM
   on a real model, SmolLM2-135M-Instruct (:mod:`agentspec.testing.real_model`, built on
   first use into ``$AGENTSPEC_REAL_MODEL_DIR`` when set, else the session's temporary
-  folder),
+  folder), and ``suffix_real_server``, vLLM's own suffix method on it,
 
 and :func:`server_fixture` for a kind of one's own. How the servers are run:
 
@@ -141,6 +141,7 @@ agentspec_fleet_servers = server_fixture(
 )
 agentspec_real_server = server_fixture(SERVER_KINDS["real"])
 plain_real_server = server_fixture(SERVER_KINDS["real-plain"])
+suffix_real_server = server_fixture(SERVER_KINDS["real-suffix"])
 
 
 @pytest.fixture(scope="session")

@@ -203,14 +203,22 @@ SERVER_KINDS: dict[str, ServerKind] = {
         ServerKind(
             "real",
             "``agentspec serve`` on the real model (SmolLM2-135M-Instruct, served as ``smollm2``): "
-            "real text, for acceptance and identity on it",
-            _index_only,
+            "real text, for acceptance and identity on it; its steps logged (the live benchmark's smoke test)",
+            lambda c: EngineSettings(index=TEST_INDEX_CONFIG, step_log_dir=str(c.log_dir / "steps-real")),
             model="real",
         ),
         ServerKind(
             "real-plain",
             "plain vLLM on the real model without speculation: the reference on real text",
             None,
+            model="real",
+        ),
+        ServerKind(
+            "real-suffix",
+            "vLLM's own suffix method on the real model, without agentspec (so without its fix of "
+            "vLLM 0.32's CPU rejection sampler): the negative control of the sampled-distribution test",
+            None,
+            extra_args=("--speculative-config", '{"method": "suffix"}'),
             model="real",
         ),
         *(

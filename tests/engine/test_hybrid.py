@@ -24,6 +24,7 @@ from engine_helpers import (
     session_stats,
 )
 
+from agentspec.testing.sampling import tv_permutation_p
 from agentspec.testing.stats import metric_value
 
 pytestmark = pytest.mark.server
@@ -200,24 +201,6 @@ def _samples(base: str, prompt: str, requests: int = 8, n: int = 50) -> list[lis
     return out
 
 
-def _tv_permutation_p(a: list[int], b: list[int], rounds: int = 2000) -> tuple[float, float]:
-    """Total variation distance between two samples' distributions and its permutation
-    p-value (the chance of a distance at least as large if both came from one distribution)."""
-    cats = {t: i for i, t in enumerate(sorted(set(a) | set(b)))}
-    pooled = np.array([cats[t] for t in a + b])
-    k = len(cats)
-
-    def tv(x: np.ndarray) -> float:
-        pa = np.bincount(x[: len(a)], minlength=k) / len(a)
-        pb = np.bincount(x[len(a) :], minlength=k) / len(b)
-        return 0.5 * float(np.abs(pa - pb).sum())
-
-    observed = tv(pooled)
-    rng = np.random.default_rng(0)
-    hits = sum(tv(rng.permutation(pooled)) >= observed for _ in range(rounds))
-    return observed, (hits + 1) / (rounds + 1)
-
-
 SAMPLED_SERVERS = ["agentspec_hybrid_server", "agentspec_hybrid_sampled_server", "agentspec_server"]
 
 
@@ -252,5 +235,5 @@ def test_sampled_outputs_keep_the_targets_distribution(request, plain_server, se
         a = [o[pos] for o in ours if len(o) > pos]
         b = [o[pos] for o in ref if len(o) > pos]
         assert max(np.bincount(np.unique(b, return_inverse=True)[1])) < 0.5 * len(b)  # not near-greedy
-        distance, p = _tv_permutation_p(a, b)
+        distance, p = tv_permutation_p(a, b)
         assert p > 0.001, f"position {pos}: distance {distance:.3f} between samples, p={p:.4f}"

@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from agentspec.testing import real_model
+from agentspec.testing.sampling import tv_permutation_p
 from agentspec.testing.server_kinds import REAL_MODEL_NAME
 from agentspec.testing.stats import metric_value
 
@@ -108,6 +109,89 @@ def test_greedy_output_equals_plain_vllm_over_repair_loops(agentspec_real_server
     assert "def mean" in answer, answer
     metrics = httpx.get(agentspec_real_server.url + "/metrics").text
     assert metric_value(metrics, "vllm:spec_decode_num_accepted_tokens_total") > 0
+
+
+# ---------------------------------------------------------------------- sampled, at temperature 1
+
+#: A chat the model continues with a fruit: at temperature 1 its next tokens spread over many
+#: choices, and the pattern repeats, so both agentspec and vLLM's suffix method draft there.
+SAMPLED_PROMPT = (
+    "<|im_start|>user\nName a fruit.<|im_end|>\n<|im_start|>assistant\n"
+    "A fruit: apple. A fruit: banana. A fruit: cherry. A fruit: mango. A fruit: apple. "
+    "A fruit: pear. A fruit: banana. A fruit:"
+)
+#: Output positions compared; position 0 is the prefill's token, which nothing drafts.
+POSITIONS = (1, 2, 4)
+
+
+def _sampled(base: str, requests: int = 4, n: int = 50) -> list[list[int]]:
+    out: list[list[int]] = []
+    body = {
+        "model": REAL_MODEL_NAME,
+        "prompt": SAMPLED_PROMPT,
+        "max_tokens": 8,
+        "temperature": 1.0,
+        "n": n,
+        "return_token_ids": True,
+    }
+    for _ in range(requests):
+        # One session: the samples draft for each other, as an RL group's do.
+        r = httpx.post(base + "/v1/completions", json=body, headers={"X-Session-Id": "real-sampled"}, timeout=600)
+        assert r.status_code == 200, r.text
+        out += [c["token_ids"] for c in r.json()["choices"]]
+    return out
+
+
+def _p_values(ours: list[list[int]], ref: list[list[int]]) -> dict[int, tuple[float, float]]:
+    """Per position: the distance between the two samples' distributions and its p-value."""
+    out = {}
+    for pos in POSITIONS:
+        a = [o[pos] for o in ours if len(o) > pos]
+        b = [o[pos] for o in ref if len(o) > pos]
+        out[pos] = tv_permutation_p(a, b)
+    return out
+
+
+def _spec_counts(base: str) -> tuple[float, float]:
+    text = httpx.get(base + "/metrics").text
+    return (
+        metric_value(text, "vllm:spec_decode_num_draft_tokens_total"),
+        metric_value(text, "vllm:spec_decode_num_accepted_tokens_total"),
+    )
+
+
+@pytest.fixture(scope="module")
+def plain_samples(plain_real_server) -> list[list[int]]:
+    """The reference: plain vLLM's samples of :data:`SAMPLED_PROMPT`."""
+    samples = _sampled(plain_real_server.url)
+    # Spread, not near-greedy, at some compared position: else no check could tell them apart.
+    assert any(len({o[pos] for o in samples if len(o) > pos}) > 10 for pos in POSITIONS)
+    return samples
+
+
+@pytest.mark.timeout(900)
+def test_sampled_outputs_keep_the_targets_distribution(agentspec_real_server, plain_samples) -> None:
+    """At temperature 1, tokens at drafted positions are distributed as plain vLLM's."""
+    drafted0, accepted0 = _spec_counts(agentspec_real_server.url)
+    ours = _sampled(agentspec_real_server.url)
+    drafted1, accepted1 = _spec_counts(agentspec_real_server.url)
+    drafted, accepted = drafted1 - drafted0, accepted1 - accepted0
+    # Drafts were verified under sampling, and sampling rejected some of them.
+    assert drafted > 300 and 0 < accepted < drafted, (drafted, accepted)
+    for pos, (distance, p) in _p_values(ours, plain_samples).items():
+        assert p > 0.001, f"position {pos}: distance {distance:.3f} from plain vLLM's samples, p={p:.4f}"
+
+
+@pytest.mark.timeout(900)
+def test_negative_control_the_check_fails_without_the_sampler_fix(suffix_real_server, plain_samples) -> None:
+    """The check above can fail: vLLM 0.32's own suffix method on the CPU, which runs without
+    agentspec's fix of its rejection sampler (agentspec.engine.vllm.fixes: verified positions
+    get an arbitrary temperature), fails it on the same prompt at most compared positions."""
+    drafted0, _ = _spec_counts(suffix_real_server.url)
+    theirs = _sampled(suffix_real_server.url)
+    assert _spec_counts(suffix_real_server.url)[0] - drafted0 > 300  # it drafted, as agentspec did
+    failing = {pos: d for pos, (d, p) in _p_values(theirs, plain_samples).items() if p <= 0.001}
+    assert len(failing) >= 2, f"vLLM's unfixed sampler passed the check: {failing}"
 
 
 # ---------------------------------------------------------------------- the build (no server)

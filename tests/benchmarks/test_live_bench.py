@@ -1,0 +1,88 @@
+"""Smoke test of benchmarks/live_bench.py on the real model's shared test servers.
+
+The benchmark itself starts a fresh server per method and run, which is too slow for the
+test suite; here its workloads and measurement run in tenants of their own on the servers
+the real-model tests already share, small (two sessions of two turns), and the checks are
+those the benchmark's table rests on: tokens and steps counted from the stream, vLLM's
+counters moved, the step replay of the server's own log equal to the server's counts.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from pathlib import Path
+
+import live_bench
+import pytest
+from rich.console import Console
+
+from agentspec.replay.config import bundled_data
+from agentspec.testing.server import VLLMServer
+from agentspec.testing.server_kinds import TEST_INDEX_CONFIG
+
+
+def _plan(salt: str) -> dict[str, list[live_bench.Session]]:
+    spec = live_bench.WorkloadSpec(sessions=2, turns=2, max_tokens=24, window=768, data=bundled_data(), salt=salt)
+
+    def count(text: str) -> int:  # about 3 characters a token: enough to window for a smoke test
+        return len(text) // 3 + 1
+
+    return {"dev": live_bench.dev_sessions(spec, salt, count), "loop": live_bench.loop_sessions(spec, salt)}
+
+
+@pytest.mark.timeout(600)
+def test_agentspec_workloads_measured_and_its_steps_replayed(agentspec_real_server: VLLMServer) -> None:
+    salt = f"live-{uuid.uuid4().hex[:8]}"
+    assert agentspec_real_server.step_log_dir is not None
+    measured = live_bench.serve_workloads(
+        agentspec_real_server.url,
+        "agentspec",
+        _plan(salt),
+        concurrency=2,
+        step_log_dir=agentspec_real_server.step_log_dir,
+        salt=salt,
+        index_config=TEST_INDEX_CONFIG,
+    )
+    assert set(measured) == {"dev", "loop"}
+    for name, m in measured.items():
+        assert m.calls == 4, name
+        assert 0 < m.live_steps <= m.output_tokens <= 4 * 24, name
+        assert m.draft_tokens > 0 and m.replay_steps > 0, name
+        # The server's own counts are what its logged steps give when redone.
+        assert m.steps_equal_server is True, (name, m)
+    # The repair loops quote the model's own answers: something was drafted and accepted.
+    assert measured["loop"].server_accepted and measured["loop"].al > 1.0
+
+    out = io.StringIO()
+    summary = live_bench.report({w: {"agentspec": [m]} for w, m in measured.items()}, Console(file=out, width=150))
+    assert summary["loop"]["agentspec"]["steps_equal_server"] is True
+    assert "workload loop" in out.getvalue() and "agentspec" in out.getvalue()
+
+
+def test_plain_server_has_no_drafts(plain_real_server: VLLMServer) -> None:
+    salt = f"live-{uuid.uuid4().hex[:8]}"
+    plan = {"loop": _plan(salt)["loop"]}
+    (m,) = live_bench.serve_workloads(plain_real_server.url, "none", plan, concurrency=2, step_log_dir=None).values()
+    assert m.output_tokens > 0 and m.draft_tokens == 0
+    # One token a step without speculation; the API server may merge a step or two into one
+    # chunk when it falls behind the engine, never split one.
+    assert 0.8 * m.output_tokens <= m.live_steps <= m.output_tokens
+    assert m.steps_equal_server is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--servers", "none,eagle"], "unknown servers: eagle"),
+        (["--workloads", "rl"], "unknown workloads: rl"),
+        (["--data", "no-such-file.jsonl"], "no such file"),
+    ],
+)
+def test_bad_options_are_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        live_bench.main([*argv, "--cache-dir", str(tmp_path)])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
