@@ -106,7 +106,10 @@ def _cli_reference() -> str:
     command = typer.main.get_command(app)
     ctx = command.make_context("agentspec", [], resilient_parsing=True)
     body = get_docs_for_click(obj=command, ctx=ctx, name="agentspec")
-    head = "# Command-line reference\n\nGenerated from the `agentspec` command itself (`scripts/mkdocs_hooks.py`).\n\n"
+    head = (
+        "# Command-line reference\n\nGenerated from the `agentspec` command itself (`scripts/mkdocs_hooks.py`,"
+        f" typer {typer.__version__}).\n\n"
+    )
     return head + body.replace("# `agentspec`", "## `agentspec`", 1).rstrip("\n") + "\n"
 
 
@@ -179,6 +182,12 @@ def generated_docs(docs: Path = ROOT / "docs") -> dict[Path, str]:
     for page, blocks in BLOCKS.items():
         out[docs / page] = refresh_blocks((docs / page).read_text(), blocks)
     return out
+
+
+def kept_cli_typer(docs: Path = ROOT / "docs") -> str | None:
+    """The typer version that wrote the kept docs/cli.md (its generator's layout is typer's)."""
+    found = re.search(r"typer ([\w.+-]+)\)", (docs / "cli.md").read_text()) if (docs / "cli.md").exists() else None
+    return found.group(1) if found else None
 
 
 def stale_docs(docs: Path = ROOT / "docs") -> list[str]:

@@ -150,7 +150,12 @@ def test_engines_table_of_options_follows_the_settings_help() -> None:
 def test_the_generated_pages_kept_in_docs_are_current() -> None:
     """docs/cli.md and the generated tables in metrics.md and engine.md read in the
     repository as on the site."""
+    import typer
+
     stale = hooks.stale_docs()
+    if stale == ["cli.md"] and hooks.kept_cli_typer() != typer.__version__:
+        # typer's docs generator lays the page out; another typer writes another page.
+        pytest.skip(f"docs/cli.md was written by typer {hooks.kept_cli_typer()}, this is typer {typer.__version__}")
     assert not stale, f"stale: {', '.join(stale)}; write them anew: .venv/bin/python scripts/mkdocs_hooks.py"
 
 
