@@ -16,6 +16,9 @@ unless ``--model`` names a folder. Workloads (greedy, so every server answers al
 - ``loop``: closed repair loops: a coding task, the model's answer, a failing check, a
   request to fix it, with the model's own answers in the history (what an agent harness
   does after a red test).
+- ``rl`` (not run unless named): GRPO-style groups, ``--samples`` samples at temperature 1
+  of each of ``--sessions`` tasks, every sample a session of its task's group; sampled
+  outputs differ between servers, so compare its rows among themselves.
 
 Per server and workload it prints output tokens per second of wall time, the accepted
 length (output tokens per decoding step: ``out / (out - accepted)``, vLLM's own counters)
@@ -70,7 +73,10 @@ from agentspec.testing.server_kinds import REAL_MODEL_ARGS, REAL_MODEL_NAME
 from agentspec.testing.stats import metric_value, scrape, session_stats
 
 SERVERS = ("none", "vllm-ngram", "vllm-suffix", "agentspec")
-WORKLOADS = ("dev", "loop")
+WORKLOADS = ("dev", "loop", "rl")
+#: What a run does unless told: the greedy agent workloads (``rl`` samples, so its outputs
+#: differ between servers, and its table is a run of its own).
+DEFAULT_WORKLOADS = ("dev", "loop")
 #: Recorded chat agents (their turns are message lists a chat template renders).
 DEV_SOURCES = ("mini_swe_agent", "swe_agent", "tau_bench")
 #: vLLM's n-gram method as the replay's ``vllm-ngram`` proposer is set (k = 8, n = 2..5).
@@ -134,19 +140,24 @@ def chat(
     turn: int,
     max_tokens: int,
     salt: str | None = None,
+    temperature: float = 0.0,
+    seed: int | None = None,
 ) -> Sent:
-    """One greedy call, streamed so that its decoding steps can be counted; ``salt`` (vLLM's
-    ``cache_salt``) puts it in a tenant of its own on an agentspec server."""
+    """One call (greedy unless ``temperature``), streamed so that its decoding steps can be
+    counted; ``salt`` (vLLM's ``cache_salt``) puts it in a tenant of its own on an agentspec
+    server."""
     payload: dict[str, Any] = {
         "model": REAL_MODEL_NAME,
         "messages": messages,
         "max_tokens": max_tokens,
-        "temperature": 0,
+        "temperature": temperature,
         "stream": True,
         "return_token_ids": True,
     }
     if salt is not None:
         payload[wire.CACHE_SALT_FIELD] = salt
+    if seed is not None:
+        payload["seed"] = seed
     headers = {wire.SESSION_HEADER: session, wire.GROUP_HEADER: group}
     prompt: list[int] = []
     output: list[int] = []
@@ -186,6 +197,8 @@ class WorkloadSpec:
     data: Path
     #: A tenant of the workloads' own (vLLM's ``cache_salt``), e.g. on a shared server.
     salt: str | None = None
+    #: Samples per prompt in the ``rl`` workload.
+    samples: int = 8
 
 
 def _windowed(traj: Trajectory, turn: int, count: Callable[[str], int], window: int, reserve: int) -> list[dict]:
@@ -256,6 +269,31 @@ def loop_sessions(spec: WorkloadSpec, tag: str) -> list[Session]:
         return run
 
     return [session(i) for i in range(spec.sessions)]
+
+
+def rl_sessions(spec: WorkloadSpec, tag: str) -> list[Session]:
+    """RL groups: ``spec.samples`` samples at temperature 1 of each of ``spec.sessions`` tasks,
+    every sample a session of its task's group, as ``agentspec_rl`` sends a GRPO group
+    (samples in flight together draft from the siblings that finished before them)."""
+
+    def sample(task: int, i: int) -> Session:
+        def run(base: str) -> list[Sent]:
+            group = f"{tag}-rl-{task}"
+            messages = [{"role": "user", "content": TASKS[task % len(TASKS)]}]
+            sent = chat(base, messages, session=f"{group}-{i}", group=group, turn=0, max_tokens=spec.max_tokens,
+                        salt=spec.salt, temperature=1.0, seed=1000 * task + i)  # fmt: skip
+            return [sent]
+
+        return run
+
+    return [sample(task, i) for task in range(spec.sessions) for i in range(spec.samples)]
+
+
+def workload_sessions(name: str, spec: WorkloadSpec, tag: str, count: Callable[[str], int]) -> list[Session]:
+    """The sessions of the workload called ``name`` (one of :data:`WORKLOADS`)."""
+    if name == "dev":
+        return dev_sessions(spec, tag, count)
+    return loop_sessions(spec, tag) if name == "loop" else rl_sessions(spec, tag)
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -498,7 +536,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", help="model folder (default: build the real model into --cache-dir)")
     p.add_argument("--cache-dir", default=os.environ.get(real_model.ENV_DIR), help="where the real model is built")
     p.add_argument("--servers", default=",".join(SERVERS), help=f"comma-separated, of {', '.join(SERVERS)}")
-    p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
+    p.add_argument(
+        "--workloads", default=",".join(DEFAULT_WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}"
+    )
+    p.add_argument("--samples", type=int, default=8, help="samples per prompt in the rl workload")
     p.add_argument("--data", type=Path, default=None, help="trajectories for the dev workload (default: bundled slice)")
     p.add_argument("--sessions", type=int, default=4, help="sessions per workload")
     p.add_argument("--turns", type=int, default=3, help="turns per session")
@@ -532,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
         with lock:  # fast tokenizers are not safe to share between threads
             return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    spec = WorkloadSpec(args.sessions, args.turns, args.max_tokens, args.window, data)
+    spec = WorkloadSpec(args.sessions, args.turns, args.max_tokens, args.window, data, samples=args.samples)
     console = Console(width=150)
     console.print(
         f"model {model.name}; {args.sessions} sessions x {args.turns} turns x <= {args.max_tokens} tokens per"
@@ -546,9 +587,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 server.wait_ready(600)
                 tag = f"r{run}"
-                plan = {
-                    w: dev_sessions(spec, tag, count) if w == "dev" else loop_sessions(spec, tag) for w in workloads
-                }
+                plan = {w: workload_sessions(w, spec, tag, count) for w in workloads}
                 for workload, m in serve_workloads(server.url, method, plan, args.concurrency, steps).items():
                     results[workload][method].append(m)
                     console.print(

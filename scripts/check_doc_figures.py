@@ -47,6 +47,8 @@ STEPS = "h200-step-times.json"
 STEPS_70B = "h200-step-times-70b-40-layers.json"
 #: The live benchmark on the real model, on this project's 2-core CPU (docs/bench.md).
 LIVE = "live-smollm2-cpu.json"
+#: One pass of candidate drafters beside the real model's step, on the same CPU (docs/engine.md).
+DRAFTER_COST = "drafter-cost-smollm2-cpu.json"
 
 #: The command that wrote each file (run from the repository's root; a ``.json.gz`` is the
 #: ``.json`` it wrote, compressed by ``gzip -9n``).
@@ -66,6 +68,9 @@ COMMANDS: dict[str, str] = {
     STEPS: "python benchmarks/gpu_step_time.py --models 8b,32b --out h200-step-times.json",
     STEPS_70B: "python benchmarks/gpu_step_time.py --models 70b --layers 40 --out h200-step-times-70b-40-layers.json",
     LIVE: "python benchmarks/live_bench.py --cache-dir .cache/real-model --runs 3 --json live-smollm2-cpu.json",
+    DRAFTER_COST: (
+        "python benchmarks/drafter_cost.py --cache-dir .cache/real-model --json drafter-cost-smollm2-cpu.json"
+    ),
 }
 
 TABLE_MARKER = re.compile(r"<!-- agentspec:table ([\w.-]+) -->")
@@ -295,6 +300,19 @@ def figures() -> Iterator[Figure]:
         "AL agentspec / vllm-suffix {} on one server and {} on eight replicas exchanging outputs",
         (one(OURS, field="al_vs_baseline"), F3),
         (exchanging(OURS, field="al_vs_baseline"), F3),
+    )
+
+    # engine.md: what a drafter's pass costs beside the real model's step
+    yield fig(
+        "engine.md",
+        "The output layer alone (576 × 49,152) costs {} of a target step",
+        (drafter_pass("output layer"), F3),
+    )
+    yield fig("engine.md", "so it costs {} of a step with one layer", (drafter_pass("draft model, 1 layers"), F3))
+    yield fig(
+        "engine.md",
+        "with a head over 16,384 draft tokens costs {}",
+        (drafter_pass("one layer + head over 16,384"), F3),
     )
 
     # policy.md: the development set, benchmarks/replay_targets.py
@@ -770,7 +788,22 @@ def table_live(results: Results) -> str:
     return "\n".join(lines) + "\n" + note + _from(LIVE)
 
 
+def drafter_pass(name: str) -> Get:
+    """benchmarks/drafter_cost.py: one pass's cost over the target's step."""
+    return Get(DRAFTER_COST, ("rows", {"pass": name}, "vs_target_step"))
+
+
+def table_drafter_cost(results: Results) -> str:
+    """docs/engine.md: one pass of each candidate drafter beside the target's step."""
+    data = results.json(DRAFTER_COST)
+    lines = _header("pass", "ms", "of a target step")
+    for row in data["rows"]:
+        lines.append(_row([row["pass"], f"{row['seconds'] * 1000:.2f}", f"{row['vs_target_step']:.3f}"]))
+    return "\n".join(lines) + "\n" + _from(DRAFTER_COST)
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
+    "drafter-cost-smollm2-cpu": table_drafter_cost,
     "live-smollm2-cpu": table_live,
     "dev-set": table_dev_set,
     "dev-one-server": table_dev_one_server,

@@ -23,12 +23,14 @@ from agentspec.testing.server_kinds import TEST_INDEX_CONFIG
 
 
 def _plan(salt: str) -> dict[str, list[live_bench.Session]]:
-    spec = live_bench.WorkloadSpec(sessions=2, turns=2, max_tokens=24, window=768, data=bundled_data(), salt=salt)
+    spec = live_bench.WorkloadSpec(
+        sessions=2, turns=2, max_tokens=24, window=768, data=bundled_data(), salt=salt, samples=2
+    )
 
     def count(text: str) -> int:  # about 3 characters a token: enough to window for a smoke test
         return len(text) // 3 + 1
 
-    return {"dev": live_bench.dev_sessions(spec, salt, count), "loop": live_bench.loop_sessions(spec, salt)}
+    return {name: live_bench.workload_sessions(name, spec, salt, count) for name in live_bench.WORKLOADS}
 
 
 @pytest.mark.timeout(600)
@@ -44,12 +46,12 @@ def test_agentspec_workloads_measured_and_its_steps_replayed(agentspec_real_serv
         salt=salt,
         index_config=TEST_INDEX_CONFIG,
     )
-    assert set(measured) == {"dev", "loop"}
+    assert set(measured) == {"dev", "loop", "rl"}
     for name, m in measured.items():
         assert m.calls == 4, name
         assert 0 < m.live_steps <= m.output_tokens <= 4 * 24, name
         assert m.draft_tokens > 0 and m.replay_steps > 0, name
-        # The server's own counts are what its logged steps give when redone.
+        # The server's own counts are what its logged steps give when redone (sampled too).
         assert m.steps_equal_server is True, (name, m)
     # The repair loops quote the model's own answers: something was drafted and accepted.
     assert measured["loop"].server_accepted and measured["loop"].al > 1.0
@@ -75,7 +77,7 @@ def test_plain_server_has_no_drafts(plain_real_server: VLLMServer) -> None:
     ("argv", "message"),
     [
         (["--servers", "none,eagle"], "unknown servers: eagle"),
-        (["--workloads", "rl"], "unknown workloads: rl"),
+        (["--workloads", "dev,nope"], "unknown workloads: nope"),
         (["--data", "no-such-file.jsonl"], "no such file"),
     ],
 )
