@@ -49,6 +49,8 @@ STEPS_70B = "h200-step-times-70b-40-layers.json"
 LIVE = "live-smollm2-cpu.json"
 #: One pass of candidate drafters beside the real model's step, on the same CPU (docs/engine.md).
 DRAFTER_COST = "drafter-cost-smollm2-cpu.json"
+#: The hybrid's addressable share on the development set (docs/engine.md).
+HYBRID_SHARE = "dev-hybrid-share.json"
 
 #: The command that wrote each file (run from the repository's root; a ``.json.gz`` is the
 #: ``.json`` it wrote, compressed by ``gzip -9n``).
@@ -70,6 +72,9 @@ COMMANDS: dict[str, str] = {
     LIVE: "python benchmarks/live_bench.py --cache-dir .cache/real-model --runs 3 --json live-smollm2-cpu.json",
     DRAFTER_COST: (
         "python benchmarks/drafter_cost.py --cache-dir .cache/real-model --json drafter-cost-smollm2-cpu.json"
+    ),
+    HYBRID_SHARE: (
+        "python benchmarks/hybrid_share.py --data trajectories-dev.jsonl.gz --jobs 1 --json dev-hybrid-share.json"
     ),
 }
 
@@ -198,6 +203,10 @@ def fleet(run: str, source: str = ALL) -> Get:
 FLEET_RUNS = ("apart", "lag 0", "lag 8", "lag 64")
 
 
+def percent(value: Value) -> Calc:
+    return value.map(lambda share: share * 100, "percent of a share")
+
+
 def ms(value: Value) -> Calc:
     return value.map(lambda us: us / 1e3, "ms from µs")
 
@@ -313,6 +322,22 @@ def figures() -> Iterator[Figure]:
         "engine.md",
         "with a head over 16,384 draft tokens costs {}",
         (drafter_pass("one layer + head over 16,384"), F3),
+    )
+
+    # engine.md: the hybrid's addressable share, benchmarks/hybrid_share.py
+    yield fig(
+        "engine.md",
+        "Over all sources, {} steps: {}% of them have no draft expected to deliver 2 tokens, and {}% of the output"
+        " tokens are decoded on those steps.",
+        (share(ALL, "steps"), ",.0f"),
+        (percent(share(ALL, "below_step_share", "2.0")), F1),
+        (percent(share(ALL, "below_token_share", "2.0")), F1),
+    )
+    yield fig(
+        "engine.md",
+        "its drafts with E in 1–2 got {} tokens accepted per step, E in 2–4 got {}.",
+        (accepted_between("1.0", "2.0"), F2),
+        (accepted_between("2.0", "4.0"), F2),
     )
 
     # policy.md: the development set, benchmarks/replay_targets.py
@@ -802,8 +827,46 @@ def table_drafter_cost(results: Results) -> str:
     return "\n".join(lines) + "\n" + _from(DRAFTER_COST)
 
 
+#: The hybrid share's thresholds T as its JSON keys them (benchmarks/hybrid_share.py).
+SHARE_THRESHOLDS = ("1.0", "2.0", "4.0")
+
+
+def share(source: str, field: str, threshold: str | None = None) -> Get:
+    """benchmarks/hybrid_share.py: a field of one source's counts (``all``: every source), or
+    its value at ``threshold`` for the fields kept per threshold."""
+    return Get(HYBRID_SHARE, (source, field) if threshold is None else (source, field, threshold))
+
+
+def accepted_between(low: str, high: str, source: str = ALL) -> Calc:
+    """Draft tokens the index's drafts had accepted per step on the steps whose draft was
+    expected to deliver from ``low`` up to ``high`` tokens (steps below ``high`` less those
+    below ``low``; no-draft steps are below both)."""
+    steps = [share(source, "below_steps", t) for t in (low, high)]
+    accepted = [share(source, "below_accepted", t) for t in (low, high)]
+    return Calc(lambda s0, s1, a0, a1: (a1 - a0) / (s1 - s0), (*steps, *accepted), "accepted per step between")
+
+
+def table_hybrid_share(results: Results) -> str:
+    """docs/engine.md: the steps without a confident index draft, per source and over all."""
+    data = results.json(HYBRID_SHARE)
+    thresholds = " | ".join(f"E<{float(t):g}" for t in SHARE_THRESHOLDS)
+    lines = _header("source", "steps", "no draft", *thresholds.split(" | "), "tokens on E<2 steps")
+    lines[1] = "|---|" + "---:|" * (len(SHARE_THRESHOLDS) + 3)
+    for source, c in data.items():
+        cells = [
+            "all sources" if source == ALL else source,
+            f"{c['steps']:,}",
+            f"{c['no_draft_step_share']:.1%}",
+            *(f"{c['below_step_share'][t]:.1%}" for t in SHARE_THRESHOLDS),
+            f"{c['below_token_share']['2.0']:.1%}",
+        ]
+        lines.append(_row(cells, bold=source == ALL))
+    return "\n".join(lines) + "\n" + _from(HYBRID_SHARE)
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
     "drafter-cost-smollm2-cpu": table_drafter_cost,
+    "dev-hybrid-share": table_hybrid_share,
     "live-smollm2-cpu": table_live,
     "dev-set": table_dev_set,
     "dev-one-server": table_dev_one_server,

@@ -93,6 +93,26 @@ def test_a_changed_step_time_fails_the_check(results: Path) -> None:
     assert "speed.md: '| 8B | 8,192 | 1 | 1 | {} |' shows" in done.stderr
 
 
+def test_a_changed_hybrid_share_fails_the_check_and_changes_its_table(results: Path) -> None:
+    marker = "<!-- agentspec:table dev-hybrid-share -->"
+    table = figures.render_tables(marker, figures.Results(RESULTS))
+    assert table.startswith("| source | steps | no draft | E<1 | E<2 | E<4 | tokens on E<2 steps |")
+    assert "| **all sources** |" in table
+    assert "`benchmarks/results/dev-hybrid-share.json`, written by `python benchmarks/hybrid_share.py" in table
+
+    def change(data: dict[str, Any]) -> None:
+        data["all"]["below_step_share"]["2.0"] += 0.01
+        data["codet"]["no_draft_step_share"] = 0.9876
+
+    _edit(results / figures.HYBRID_SHARE, change)
+    done = _check("--results", str(results))
+    assert done.returncode == 1
+    assert "engine.md: 'Over all sources, {} steps: {}% of them" in done.stderr
+    assert re.search(r"shows \d+\.\d where .*below_step_share.* gives \d+\.\d", done.stderr), done.stderr
+    changed = figures.render_tables(marker, figures.Results(results))
+    assert "| codet |" in changed and "| 98.8% |" in changed and changed != table
+
+
 def test_a_passage_gone_from_its_page_fails_the_check(tmp_path: Path) -> None:
     docs = Path(shutil.copytree(ROOT / "docs", tmp_path / "docs"))
     page = docs / "engine.md"
