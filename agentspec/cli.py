@@ -1,6 +1,7 @@
-"""The ``agentspec`` command line: ``agentspec bench`` and ``agentspec serve``.
+"""The ``agentspec`` command line: ``agentspec bench``, ``agentspec serve`` and
+``agentspec train-drafter``.
 
-Both commands are there in the base install (``--help`` included); each imports what it
+The commands are there in the base install (``--help`` included); each imports what it
 needs when it runs and, when an extra is missing, says which one to install
 (``vllm-agentspec[bench]``; ``vllm-agentspec[serve]`` or ``[cpu]``).
 """
@@ -15,6 +16,7 @@ import typer.core
 
 from agentspec.engine.launcher.serve import SERVE_CONTEXT, serve
 from agentspec.replay.cli import bench
+from agentspec.training.cli import train_drafter
 
 
 class _FlagsWithoutType:
@@ -72,6 +74,11 @@ app.command(
     options_metavar="MODEL [OPTIONS] [vLLM OPTIONS]",
     short_help="Start vLLM's OpenAI server with agentspec.",
 )(serve)
+app.command(
+    "train-drafter",
+    cls=_Command,
+    short_help="Train an EAGLE-3 head on your calls, for the steps the index cannot draft.",
+)(train_drafter)
 
 
 if __name__ == "__main__":  # pragma: no cover
