@@ -1,6 +1,6 @@
 """A fitted draft chooser against the index's calibrated score, on steps it was not fitted on.
 
-    python benchmarks/chooser_fit.py --data trajectories-dev.jsonl.gz [--limit 40] [--record-every 4]
+    python benchmarks/chooser_fit.py --data trajectories-dev.jsonl.gz [--limit 40] [--record-every 4] [--json FILE]
 
 Each source's trajectories are split in two by a hash of their group (or, without one, of
 the trajectory), so that sibling samples stay on one side:
@@ -16,16 +16,25 @@ It prints the fit (log-loss on fit and held steps; expected against accepted tok
 drafts the index chose on held steps), the choice on the same held steps (accepted tokens
 when choosing by the model, by the calibrated score, and in hindsight), and AL and
 acceptance ratios to vllm-suffix of both choosers replayed on the held half.
+
+``--json FILE`` also writes those figures: the settings (the data file by name only), the
+fit (steps, token events, log-loss on each half, the weights), the choice on the held steps
+(accepted tokens by the calibrated score, the fitted model and in hindsight) and the held
+half's replay (per source and ``all``: each proposer's output tokens, steps, drafted and
+accepted tokens, AL and acceptance rate). docs/policy.md's figures on the fitted chooser
+come from such a file (``benchmarks/results/dev-chooser-fit.json``).
 """
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -156,7 +165,9 @@ def main(
     record_every: Annotated[int, typer.Option(min=1, help="Record one step in N.")] = 4,
     source: Annotated[list[str] | None, typer.Option(help="Sources (default: all).")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Token cache (default ~/.cache/agentspec/replay).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the fit's figures here.")] = None,
 ) -> None:
+    started = time.perf_counter()
     cache = TokenCache(data, cache_dir)
     sources = source or list(cache.sources())
     cache.ensure(sources)
@@ -174,6 +185,7 @@ def main(
         table.add_column(col, justify="left" if col == "source" else "right")
     held_steps: list[_Step] = []
     totals = {p: np.zeros(4) for p in (BASE, OURS, FITTED)}  # output tokens, steps, accepted, drafted
+    replayed: dict[str, dict[str, Any]] = {}
     for name in sources:
         held = halves[name][1]
         if not held:
@@ -186,6 +198,7 @@ def main(
             totals[p] += (t.output_tokens, t.steps, t.accepted_tokens, t.drafted_tokens)
             row[p] = (t.output_tokens / t.steps, t.accepted_tokens / max(t.drafted_tokens, 1))
         calls = sum(len(t) for t in held)
+        replayed[name] = {"calls": calls} | {p: _tally(_totals_of(result.tallies[p])) for p in (BASE, OURS, FITTED)}
         table.add_row(
             name,
             str(calls),
@@ -197,6 +210,7 @@ def main(
         )
     al = {p: v[0] / v[1] for p, v in totals.items()}
     acc = {p: v[2] / max(v[3], 1) for p, v in totals.items()}
+    replayed["all"] = {"calls": sum(r["calls"] for r in replayed.values())} | {p: _tally(v) for p, v in totals.items()}
     table.add_row(
         "all",
         "",
@@ -232,6 +246,54 @@ def main(
     )
     console.print("weights: " + ", ".join(f"{n} {w:+.2f}" for n, w in zip(FEATURES, chooser.weights, strict=True)))
     console.print(table)
+    if json_out is not None:
+        doc = {
+            "settings": {
+                "data": data.name,
+                "sources": sources,
+                "limit": limit,
+                "record_every": record_every,
+                "trajectories": {name: [len(h) for h in halves[name]] for name in sources},
+                "wall_s": round(time.perf_counter() - started, 3),
+            },
+            "fit": {
+                "steps": len(fit_steps),
+                "token_events": len(fit_y),
+                "log_loss": chooser.log_loss(fit_x, fit_y),
+                "weights": dict(zip(FEATURES, (float(w) for w in chooser.weights), strict=True)),
+            },
+            "held": {
+                "steps": len(held_steps),
+                "token_events": len(held_y),
+                "log_loss": chooser.log_loss(held_x, held_y),
+                "expected_by_calibrated_score": chosen_expected,
+                "accepted": {
+                    "calibrated_score": chosen_accepted,
+                    "fitted_model": model_accepted,
+                    "hindsight": hindsight_accepted,
+                },
+            },
+            "replay": replayed,
+        }
+        json_out.write_text(json.dumps(doc, indent=1))
+
+
+def _totals_of(tally: Any) -> np.ndarray:
+    """A replay tally's output tokens, steps, accepted and drafted tokens."""
+    return np.array([tally.output_tokens, tally.steps, tally.accepted_tokens, tally.drafted_tokens], dtype=float)
+
+
+def _tally(v: np.ndarray) -> dict[str, float]:
+    """The JSON's figures of one proposer's replay, from :func:`_totals_of`'s four sums."""
+    output, steps, accepted, drafted = (int(x) for x in v)
+    return {
+        "output_tokens": output,
+        "steps": steps,
+        "accepted_tokens": accepted,
+        "drafted_tokens": drafted,
+        "al": output / steps if steps else 1.0,
+        "acceptance_rate": accepted / drafted if drafted else 0.0,
+    }
 
 
 if __name__ == "__main__":

@@ -51,6 +51,10 @@ LIVE = "live-smollm2-cpu.json"
 DRAFTER_COST = "drafter-cost-smollm2-cpu.json"
 #: The hybrid's addressable share on the development set (docs/engine.md).
 HYBRID_SHARE = "dev-hybrid-share.json"
+#: The draft policy's sweep on 20 trajectories of five sources of the development set (docs/policy.md).
+SWEEP = "dev-policy-sweep.json"
+#: A fitted draft chooser against the calibrated score, on 30 trajectories of each source (docs/policy.md).
+CHOOSER = "dev-chooser-fit.json"
 
 #: The command that wrote each file (run from the repository's root; a ``.json.gz`` is the
 #: ``.json`` it wrote, compressed by ``gzip -9n``).
@@ -76,6 +80,8 @@ COMMANDS: dict[str, str] = {
     HYBRID_SHARE: (
         "python benchmarks/hybrid_share.py --data trajectories-dev.jsonl.gz --jobs 1 --json dev-hybrid-share.json"
     ),
+    SWEEP: "python benchmarks/policy_sweep.py --data trajectories-dev.jsonl.gz --limit 20 --json dev-policy-sweep.json",
+    CHOOSER: "python benchmarks/chooser_fit.py --data trajectories-dev.jsonl.gz --limit 30 --json dev-chooser-fit.json",
 }
 
 TABLE_MARKER = re.compile(r"<!-- agentspec:table ([\w.-]+) -->")
@@ -451,6 +457,65 @@ def figures() -> Iterator[Figure]:
         "(openhands_mocks: {} MB against {} MB)",
         (one(OURS, "openhands_mocks", "peak_index_mb"), ".0f"),
         (one(BASE, "openhands_mocks", "peak_index_mb"), ".0f"),
+    )
+
+    # policy.md: the fitted chooser, benchmarks/chooser_fit.py
+    yield fig(
+        "policy.md",
+        "Fitted on {} recorded steps ({} token events), judged on {} held steps:",
+        (chooser("fit", "steps"), ",.0f"),
+        (chooser("fit", "token_events"), ",.0f"),
+        (chooser("held", "steps"), ",.0f"),
+    )
+    yield fig(
+        "policy.md",
+        "Log-loss {} on the fit half and {} on the held half,",
+        (chooser("fit", "log_loss"), F3),
+        (chooser("held", "log_loss"), F3),
+    )
+    yield fig(
+        "policy.md",
+        "the two choosers give the same AL ({} and {} of vllm-suffix's) and the fitted one a slightly lower"
+        " acceptance ({} against {} of vllm-suffix's).",
+        (held_vs_suffix(OURS), F3),
+        (held_vs_suffix("agentspec-fitted"), F3),
+        (held_vs_suffix("agentspec-fitted", "acceptance_rate"), F3),
+        (held_vs_suffix(OURS, "acceptance_rate"), F3),
+    )
+    hindsight_gain = percent(chosen_over_calibrated("hindsight").map(lambda r: r - 1, "minus 1"))
+    yield fig("policy.md", "Even the hindsight choice, {}% more accepted tokens", (hindsight_gain, F1))
+    yield fig("policy.md", "a choice made with the answer known adds {}% accepted tokens", (hindsight_gain, F1))
+
+    # policy.md: the draft policy's sweep, benchmarks/policy_sweep.py
+    defaults, prob3, factor1 = {}, {"min_token_prob": 0.3}, {"max_spec_factor": 1.0, "min_token_prob": 0.1}
+    uncalibrated3 = {"calibrate_levels": False, "min_token_prob": 0.3}
+    acc = "acceptance_ratio"
+    yield fig(
+        "policy.md",
+        "at the same minimum probability it raises AL ({} to {} at 0.3) and acceptance ({} to {} overall, codet {}"
+        " to {}),",
+        (swept(uncalibrated3), F3),
+        (swept(prob3), F3),
+        (swept(uncalibrated3, acc), F2),
+        (swept(prob3, acc), F2),
+        (swept(uncalibrated3, acc, "codet"), F2),
+        (swept(prob3, acc, "codet"), F2),
+    )
+    yield fig("policy.md", "on this slice (mini_swe_agent {});", (swept(defaults, acc, "mini_swe_agent"), F2))
+    yield fig(
+        "policy.md",
+        "with vLLM's draft length (factor 1.0), gain {}% here;",
+        (percent(swept(factor1).map(lambda r: r - 1, "minus 1")), F1),
+    )
+    shallow = Calc(lambda d, s: 1 - s / d, (swept(defaults), swept({"max_depth": 32, "max_match_tokens": 16})), "less")
+    yield fig("policy.md", "match 16: 1/5.9, and {}% less AL in the sweep above;", (percent(shallow), F1))
+    yield fig(
+        "policy.md",
+        "(min prob 0.3: {} and {}x; factor 1: {} and {}x)",
+        (swept(prob3, acc), F2),
+        (swept(prob3), F3),
+        (swept(factor1, acc), F2),
+        (swept(factor1), F3),
     )
 
     # engine.md: the same replays
@@ -864,9 +929,87 @@ def table_hybrid_share(results: Results) -> str:
     return "\n".join(lines) + "\n" + _from(HYBRID_SHARE)
 
 
+def swept(policy: dict[str, Any], field: str = "al_ratio", source: str = ALL) -> Get:
+    """benchmarks/policy_sweep.py: agentspec / vllm-suffix under ``policy`` (its overrides of
+    DraftPolicy; ``{}``: the defaults), ``field`` = ``al_ratio`` or ``acceptance_ratio``."""
+    return Get(SWEEP, ("policies", {"policy": policy}, field, source))
+
+
+#: How the sweep table names a policy's knobs (in this order), and the short column names.
+_KNOBS = {
+    "calibrate_levels": lambda v: "calibrated" if v else "not calibrated",
+    "max_depth": lambda v: f"depth {v}",
+    "max_match_tokens": lambda v: f"match {v}",
+    "max_spec_factor": lambda v: f"factor {v}",
+    "min_token_prob": lambda v: f"min prob {v}",
+}
+_SHORT = {"openhands_mocks": "openhands", "mini_swe_agent": "mini_swe"}
+#: Notes on rows, by the policy's overrides.
+_NOTES = {json.dumps({"calibrate_levels": False, "min_token_prob": 0.3}): "the earlier defaults"}
+
+
+def _policy_label(policy: dict[str, Any], defaults: dict[str, Any]) -> str:
+    if not policy:
+        knobs = ("max_spec_factor", "min_token_prob", "calibrate_levels")
+        return "defaults (" + ", ".join(_KNOBS[k](defaults[k]) for k in knobs) + ")"
+    label = ", ".join(_KNOBS[k](policy[k]) for k in _KNOBS if k in policy)
+    note = _NOTES.get(json.dumps(policy))
+    return f"{label} ({note})" if note else label
+
+
+def table_policy_sweep(results: Results) -> str:
+    """docs/policy.md: agentspec / vllm-suffix under each draft policy of the sweep."""
+    data = results.json(SWEEP)
+    names = data["settings"]["sources"]
+    lines = _header(
+        "policy", "AL ratio (all)", "lowest AL ratio", *(f"acc {_SHORT.get(s, s)}" for s in names), "acc all"
+    )
+    for row in data["policies"]:
+        acc = row["acceptance_ratio"]
+        cells = [
+            _policy_label(row["policy"], data["settings"]["defaults"]),
+            f"{row['al_ratio'][ALL]:.3f}",
+            f"{row['lowest_al_ratio']:.3f}",
+            *(f"{acc[s]:.2f}" for s in [*names, ALL]),
+        ]
+        lines.append(_row(cells, bold=not row["policy"]))
+    return "\n".join(lines) + "\n" + _from(SWEEP)
+
+
+def chooser(*path: str) -> Get:
+    """benchmarks/chooser_fit.py: a figure of the fit, e.g. ``chooser("held", "log_loss")``."""
+    return Get(CHOOSER, path)
+
+
+def chosen_over_calibrated(choice: str) -> Calc:
+    """Accepted tokens on the held steps choosing by ``choice``, over the calibrated score's."""
+    return ratio(chooser("held", "accepted", choice), chooser("held", "accepted", "calibrated_score"))
+
+
+def held_vs_suffix(proposer: str, field: str = "al") -> Calc:
+    """``agentspec`` or ``agentspec-fitted`` on the held half, over vllm-suffix's."""
+    return ratio(chooser("replay", ALL, proposer, field), chooser("replay", ALL, BASE, field))
+
+
+def table_chooser_fit(results: Results) -> str:
+    """docs/policy.md: accepted tokens on the held steps by the calibrated score, the fitted
+    chooser and in hindsight."""
+    lines = _header("on the held steps, same candidates", "accepted tokens", "vs the calibrated score")
+    for choice, what in (
+        ("calibrated_score", "calibrated score (the index's rule)"),
+        ("fitted_model", "fitted survival model"),
+        ("hindsight", "hindsight: the candidate the recorded output accepts furthest"),
+    ):
+        accepted = chooser("held", "accepted", choice)(results)
+        lines.append(_row([what, f"{accepted:,.0f}", f"{chosen_over_calibrated(choice)(results):.3f}"]))
+    return "\n".join(lines) + "\n" + _from(CHOOSER)
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
     "drafter-cost-smollm2-cpu": table_drafter_cost,
     "dev-hybrid-share": table_hybrid_share,
+    "dev-policy-sweep": table_policy_sweep,
+    "dev-chooser-fit": table_chooser_fit,
     "live-smollm2-cpu": table_live,
     "dev-set": table_dev_set,
     "dev-one-server": table_dev_one_server,

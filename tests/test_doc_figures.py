@@ -113,6 +113,41 @@ def test_a_changed_hybrid_share_fails_the_check_and_changes_its_table(results: P
     assert "| codet |" in changed and "| 98.8% |" in changed and changed != table
 
 
+def test_a_changed_policy_sweep_fails_the_check_and_changes_its_table(results: Path) -> None:
+    marker = "<!-- agentspec:table dev-policy-sweep -->"
+    table = figures.render_tables(marker, figures.Results(RESULTS))
+    assert table.startswith("| policy | AL ratio (all) | lowest AL ratio | acc tau_bench | acc openhands |")
+    assert "| **defaults (factor 2.0, min prob 0.2, calibrated)** |" in table
+    assert "| not calibrated, min prob 0.3 (the earlier defaults) |" in table
+
+    def change(data: dict[str, Any]) -> None:
+        row = next(r for r in data["policies"] if r["policy"] == {"min_token_prob": 0.3})
+        row["al_ratio"]["all"] += 0.01
+
+    _edit(results / figures.SWEEP, change)
+    done = _check("--results", str(results))
+    assert done.returncode == 1
+    assert "policy.md: 'at the same minimum probability it raises AL ({} to {} at 0.3)" in done.stderr
+    assert re.search(r"shows 1\.\d{3} where .*al_ratio.* gives 1\.\d{3}", done.stderr), done.stderr
+    assert figures.render_tables(marker, figures.Results(results)) != table
+
+
+def test_a_changed_chooser_fit_fails_the_check_and_changes_its_table(results: Path) -> None:
+    marker = "<!-- agentspec:table dev-chooser-fit -->"
+    table = figures.render_tables(marker, figures.Results(RESULTS))
+    assert table.startswith("| on the held steps, same candidates | accepted tokens | vs the calibrated score |")
+    assert "| calibrated score (the index's rule) |" in table and "| 1.000 |" in table
+
+    def change(data: dict[str, Any]) -> None:
+        data["held"]["accepted"]["hindsight"] *= 1.1
+
+    _edit(results / figures.CHOOSER, change)
+    done = _check("--results", str(results))
+    assert done.returncode == 1
+    assert "policy.md: 'Even the hindsight choice, {}% more accepted tokens' shows" in done.stderr
+    assert figures.render_tables(marker, figures.Results(results)) != table
+
+
 def test_a_passage_gone_from_its_page_fails_the_check(tmp_path: Path) -> None:
     docs = Path(shutil.copytree(ROOT / "docs", tmp_path / "docs"))
     page = docs / "engine.md"
