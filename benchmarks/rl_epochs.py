@@ -1,6 +1,6 @@
 """RL epochs: the same prompts sampled again, with the last epoch's outputs kept or retired.
 
-    python benchmarks/rl_epochs.py --data trajectories-dev.jsonl.gz [--sources codet,tot] [--limit N]
+    python benchmarks/rl_epochs.py --data trajectories-dev.jsonl.gz [--sources codet,tot] [--limit N] [--json FILE]
 
 Each source's recorded sibling groups (GRPO-like: several samples of one prompt) are
 replayed twice through one agentspec server, the engine's own request driver and index,
@@ -15,14 +15,19 @@ their ratio.
 The ratio is an upper bound of what keeping old outputs is worth: the recorded epoch 2 is
 the same samples again, with no policy drift between the epochs, so old outputs are exactly
 right here; after a real update they are only similar.
+
+``--json FILE`` also writes the run: its settings (the data file by name only) and, per
+source, the groups replayed, epoch 2's AL each way and the ratio kept / retired.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -91,7 +96,9 @@ def main(
     sources: Annotated[str, typer.Option(help="Sources with sibling samples, comma-separated.")] = "codet,tot",
     limit: Annotated[int | None, typer.Option(help="Trajectories (groups) per source.")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Token cache (default ~/.cache/agentspec/replay).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the run's figures here.")] = None,
 ) -> None:
+    started = time.perf_counter()
     cache = TokenCache(data, cache_dir)
     names = [s for s in sources.split(",") if s]
     cache.ensure(names)
@@ -99,15 +106,30 @@ def main(
         "source", "groups", "vllm-suffix", "agentspec, kept", "agentspec, retired", "kept / retired",
         title="Epoch 2 AL after a weight update (upper bound: no policy drift)",
     )  # fmt: skip
+    by_source: dict[str, Any] = {}
     for name in names:
         workload = cache.load(name).workload(limit, None)
         suffix = epoch_two_al(VllmSuffixProposer, workload, lambda _: None)
         kept = epoch_two_al(_agentspec, workload, _update(keep=True))
         retired = epoch_two_al(_agentspec, workload, _update(keep=False))
+        by_source[name] = {
+            "groups": len(workload),
+            "al": {"vllm-suffix": suffix, "agentspec, kept": kept, "agentspec, retired": retired},
+            "kept_over_retired": kept / retired,
+        }
         table.add_row(
             name, str(len(workload)), f"{suffix:.3f}", f"{kept:.3f}", f"{retired:.3f}", f"{kept / retired:.2f}x"
         )
     Console().print(table)
+    if json_out is not None:
+        settings = {
+            "data": data.name,
+            "sources": names,
+            "limit": limit,
+            "concurrency": CONCURRENCY,
+            "wall_s": round(time.perf_counter() - started, 3),
+        }
+        json_out.write_text(json.dumps({"settings": settings, "sources": by_source}, indent=1))
 
 
 if __name__ == "__main__":

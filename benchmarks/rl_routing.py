@@ -1,7 +1,7 @@
 """RL groups on a fleet: the rollout client's pinning vs spreading a group's samples.
 
     python benchmarks/rl_routing.py --data trajectories-dev.jsonl.gz [--sources codet,tot]
-        [--replicas 8] [--exchange] [--limit N]
+        [--replicas 8] [--exchange] [--limit N] [--json FILE]
 
 Each source's recorded sibling groups (GRPO-like: several samples of one prompt) are
 replayed on ``--replicas`` servers, each with the engine's own request driver and index
@@ -11,13 +11,20 @@ rendezvous hashing with bounded load), and spread as a group-blind balancer woul
 call anywhere). The table prints AL (output tokens per decoding step) each way and the
 ratio pinned / spread per source. ``--exchange`` lets agentspec's replicas exchange finished
 outputs (``--agentspec-exchange-dir``), which narrows what spreading costs.
+
+``--json FILE`` also writes the run: its settings (the data file by name only) and, per
+source, the trajectories replayed, each arm's counts (calls, output tokens, steps, drafted
+and accepted tokens) and AL, and the two ratios the table prints. docs/rl.md's table of the
+first 60 groups is made from such a file (``benchmarks/results/dev-rl-routing-60.json``).
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -32,6 +39,8 @@ from agentspec.replay.simulate import replay_source
 from agentspec.replay.tokenized import TokenCache
 
 CONCURRENCY = 8  # trajectories in flight, as in agentspec bench
+#: The counts of a replay's tally that the JSON keeps.
+COUNTS = ("calls", "output_tokens", "steps", "drafted_tokens", "accepted_tokens")
 
 
 def _agentspec() -> Proposer:
@@ -53,7 +62,9 @@ def main(
     exchange: Annotated[bool, typer.Option(help="agentspec's replicas exchange finished outputs.")] = False,
     limit: Annotated[int | None, typer.Option(help="Trajectories per source.")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Token cache (default ~/.cache/agentspec/replay).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the run's figures here.")] = None,
 ) -> None:
+    started = time.perf_counter()
     cache = TokenCache(data, cache_dir)
     names = [s for s in sources.split(",") if s]
     cache.ensure(names)
@@ -62,6 +73,7 @@ def main(
     table = Table(
         "source", "trajectories", *PROPOSERS, "agentspec client / spread", "suffix client / spread", title=title
     )
+    by_source: dict[str, Any] = {}
     for name in names:
         workload = cache.load(name).workload(limit, None)
         result = replay_source(
@@ -74,6 +86,13 @@ def main(
             exchange=exchange,
         )
         al = {label: t.output_tokens / t.steps for label, t in result.tallies.items()}
+        by_source[name] = {
+            "trajectories": len(workload),
+            "counts": {label: {c: getattr(t, c) for c in COUNTS} for label, t in result.tallies.items()},
+            "al": al,
+            "agentspec_client_over_spread": al["agentspec, client"] / al["agentspec, spread"],
+            "suffix_client_over_spread": al["vllm-suffix, client"] / al["vllm-suffix, spread"],
+        }
         table.add_row(
             name,
             str(len(workload)),
@@ -82,6 +101,17 @@ def main(
             f"{al['vllm-suffix, client'] / al['vllm-suffix, spread']:.2f}x",
         )
     Console(width=200).print(table)
+    if json_out is not None:
+        settings = {
+            "data": data.name,
+            "sources": names,
+            "replicas": replicas,
+            "exchange": exchange,
+            "limit": limit,
+            "concurrency": CONCURRENCY,
+            "wall_s": round(time.perf_counter() - started, 3),
+        }
+        json_out.write_text(json.dumps({"settings": settings, "sources": by_source}, indent=1))
 
 
 if __name__ == "__main__":

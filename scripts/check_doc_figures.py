@@ -55,6 +55,10 @@ HYBRID_SHARE = "dev-hybrid-share.json"
 SWEEP = "dev-policy-sweep.json"
 #: A fitted draft chooser against the calibrated score, on 30 trajectories of each source (docs/policy.md).
 CHOOSER = "dev-chooser-fit.json"
+#: RL groups pinned by the rollout client against spread, on 8 replicas: the first 60 groups
+#: of codet and tot, without and with the exchange (docs/rl.md).
+RL_ROUTING_60 = "dev-rl-routing-60.json"
+RL_ROUTING_60_EXCHANGE = "dev-rl-routing-60-exchange.json"
 
 #: The command that wrote each file (run from the repository's root; a ``.json.gz`` is the
 #: ``.json`` it wrote, compressed by ``gzip -9n``).
@@ -82,6 +86,13 @@ COMMANDS: dict[str, str] = {
     ),
     SWEEP: "python benchmarks/policy_sweep.py --data trajectories-dev.jsonl.gz --limit 20 --json dev-policy-sweep.json",
     CHOOSER: "python benchmarks/chooser_fit.py --data trajectories-dev.jsonl.gz --limit 30 --json dev-chooser-fit.json",
+    RL_ROUTING_60: (
+        "python benchmarks/rl_routing.py --data trajectories-dev.jsonl.gz --limit 60 --json dev-rl-routing-60.json"
+    ),
+    RL_ROUTING_60_EXCHANGE: (
+        "python benchmarks/rl_routing.py --data trajectories-dev.jsonl.gz --limit 60 --exchange"
+        " --json dev-rl-routing-60-exchange.json"
+    ),
 }
 
 TABLE_MARKER = re.compile(r"<!-- agentspec:table ([\w.-]+) -->")
@@ -516,6 +527,28 @@ def figures() -> Iterator[Figure]:
         (swept(prob3), F3),
         (swept(factor1, acc), F2),
         (swept(factor1), F3),
+    )
+
+    # rl.md: RL groups pinned against spread, benchmarks/rl_routing.py
+    yield fig("rl.md", "Pinning is worth most on the first 60 ({}×).", (rl_pinning(RL_ROUTING_60, "tot"), F2))
+    yield fig(
+        "rl.md",
+        "vLLM's suffix method reaches {} on codet's epoch 2, the same figure as its pinned AL on the first 60 codet"
+        " groups",
+        (rl_al(RL_ROUTING_60, "codet", "vllm-suffix, client"), F3),
+    )
+    yield fig(
+        "rl.md",
+        "agentspec pinned / spread is then {} / {} ({}×) for codet and {} / {} ({}×) for tot.",
+        *(
+            figure
+            for source in ("codet", "tot")
+            for figure in (
+                (rl_al(RL_ROUTING_60_EXCHANGE, source, "agentspec, client"), F3),
+                (rl_al(RL_ROUTING_60_EXCHANGE, source, "agentspec, spread"), F3),
+                (rl_pinning(RL_ROUTING_60_EXCHANGE, source), F2),
+            )
+        ),
     )
 
     # engine.md: the same replays
@@ -1005,11 +1038,46 @@ def table_chooser_fit(results: Results) -> str:
     return "\n".join(lines) + "\n" + _from(CHOOSER)
 
 
+def rl_al(file: str, source: str, arm: str) -> Get:
+    """benchmarks/rl_routing.py: one arm's AL (``agentspec, client``, ``vllm-suffix, spread``...)."""
+    return Get(file, ("sources", source, "al", arm))
+
+
+def rl_pinning(file: str, source: str, proposer: str = "agentspec") -> Calc:
+    """benchmarks/rl_routing.py: AL pinned by the rollout client over AL spread."""
+    return ratio(rl_al(file, source, f"{proposer}, client"), rl_al(file, source, f"{proposer}, spread"))
+
+
+def table_rl_routing_60(results: Results) -> str:
+    """docs/rl.md: AL of the first groups of codet and tot on 8 replicas, pinned and spread."""
+    data = results.json(RL_ROUTING_60)
+    limit = data["settings"]["limit"]
+    lines = _header(
+        "source",
+        "groups",
+        "agentspec pinned",
+        "agentspec spread",
+        "pinned / spread",
+        "vLLM suffix pinned",
+        "vLLM suffix spread",
+        "pinned / spread",
+    )
+    for source, row in data["sources"].items():
+        al = row["al"]
+        cells = [f"{source}, first {limit}" if limit else f"{source}, all", f"{row['trajectories']}"]
+        for proposer in ("agentspec", "vllm-suffix"):
+            pinned, spread = al[f"{proposer}, client"], al[f"{proposer}, spread"]
+            cells += [f"{pinned:.3f}", f"{spread:.3f}", f"{pinned / spread:.2f}×"]
+        lines.append(_row(cells))
+    return "\n".join(lines) + "\n" + _from(RL_ROUTING_60)
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
     "drafter-cost-smollm2-cpu": table_drafter_cost,
     "dev-hybrid-share": table_hybrid_share,
     "dev-policy-sweep": table_policy_sweep,
     "dev-chooser-fit": table_chooser_fit,
+    "dev-rl-routing-60": table_rl_routing_60,
     "live-smollm2-cpu": table_live,
     "dev-set": table_dev_set,
     "dev-one-server": table_dev_one_server,

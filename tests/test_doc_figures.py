@@ -148,6 +148,21 @@ def test_a_changed_chooser_fit_fails_the_check_and_changes_its_table(results: Pa
     assert figures.render_tables(marker, figures.Results(results)) != table
 
 
+def test_a_changed_rl_routing_figure_fails_the_check_and_changes_its_table(results: Path) -> None:
+    marker = "<!-- agentspec:table dev-rl-routing-60 -->"
+    table = figures.render_tables(marker, figures.Results(RESULTS))
+    assert "| codet, first 60 | 60 |" in table and "| tot, first 60 | 60 |" in table
+
+    def change(data: dict[str, Any]) -> None:
+        data["sources"]["tot"]["al"]["agentspec, client"] *= 1.1
+
+    _edit(results / figures.RL_ROUTING_60, change)
+    done = _check("--results", str(results))
+    assert done.returncode == 1
+    assert "rl.md: 'Pinning is worth most on the first 60 ({}×).' shows 1.52 where" in done.stderr
+    assert figures.render_tables(marker, figures.Results(results)) != table
+
+
 def test_a_passage_gone_from_its_page_fails_the_check(tmp_path: Path) -> None:
     docs = Path(shutil.copytree(ROOT / "docs", tmp_path / "docs"))
     page = docs / "engine.md"
