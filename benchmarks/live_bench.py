@@ -56,7 +56,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentspec import wire
-from agentspec.engine.settings import EngineSettings
+from agentspec.engine.settings import DrafterSettings, EngineSettings
 from agentspec.index import DraftIndex
 from agentspec.index.policy import IndexConfig
 from agentspec.replay.calls import CallSpec
@@ -73,6 +73,11 @@ from agentspec.testing.server_kinds import REAL_MODEL_ARGS, REAL_MODEL_NAME
 from agentspec.testing.stats import metric_value, scrape, session_stats
 
 SERVERS = ("none", "vllm-ngram", "vllm-suffix", "agentspec")
+#: Servers with a trained drafter (``--drafter``, an EAGLE-3 head from ``agentspec
+#: train-drafter``): vLLM's ``eagle3`` method with the head alone, and agentspec's hybrid.
+DRAFTER_SERVERS = ("eagle3", "hybrid")
+#: Tokens the drafter drafts per step on those servers.
+DRAFTER_TOKENS = 3
 WORKLOADS = ("dev", "loop", "rl")
 #: What a run does unless told: the greedy agent workloads (``rl`` samples, so its outputs
 #: differ between servers, and its table is a run of its own).
@@ -91,6 +96,7 @@ SPEC_CONFIGS: dict[str, dict[str, Any] | None] = {
     },
     "vllm-suffix": {"method": "suffix"},
     "agentspec": None,
+    "hybrid": None,
 }
 #: 1 GiB of KV cache: ~23k tokens of the real model in float32, for the sessions in flight.
 KV_CACHE_BYTES = 2**30
@@ -129,6 +135,8 @@ class Sent:
     text: str
     sent_at: float
     chunks: int
+    #: The messages sent (for ``--transcripts``: the target's own outputs, in context).
+    messages: tuple[dict[str, str], ...] = ()
 
 
 def chat(
@@ -178,7 +186,15 @@ def chat(
                     output += ids
                 text.append((choice.get("delta") or {}).get("content") or "")
     return Sent(
-        session, group, turn, [int(t) for t in prompt], [int(t) for t in output], "".join(text), sent_at, chunks
+        session,
+        group,
+        turn,
+        [int(t) for t in prompt],
+        [int(t) for t in output],
+        "".join(text),
+        sent_at,
+        chunks,
+        tuple(dict(m) for m in messages),
     )
 
 
@@ -342,8 +358,9 @@ class Measured:
         return self.accepted / self.draft_tokens if self.draft_tokens else 0.0
 
     @property
-    def replay_al(self) -> float:
-        return self.output_tokens / max(1, self.replay_steps)
+    def replay_al(self) -> float | None:
+        # None where the replay cannot run the server's drafter (a trained head).
+        return self.output_tokens / self.replay_steps if self.replay_steps else None
 
     @property
     def steps_equal_server(self) -> bool | None:
@@ -402,13 +419,16 @@ def serve_workloads(
     *,
     salt: str | None = None,
     index_config: IndexConfig | None = None,
+    transcripts: Path | None = None,
 ) -> dict[str, Measured]:
     """Run the workloads one after another on one fresh server (or in a tenant of their own,
     ``salt``, that the workloads' sessions also use); then replay its transcript.
 
     The replays start from an empty index and go through every call the server answered,
     the warm-up included, so that each workload's figures see what the server had seen.
-    ``index_config`` is the server's (default: agentspec's defaults).
+    ``index_config`` is the server's (default: agentspec's defaults). ``transcripts``: a
+    file the workloads' calls are appended to as trajectories (the model's own outputs in
+    context, for ``agentspec train-drafter``).
     """
     warm = chat(base, [{"role": "user", "content": "Hello"}], session=f"warm-{salt}", group=f"warm-{salt}", turn=0,
                 max_tokens=8, salt=salt)  # fmt: skip
@@ -416,6 +436,10 @@ def serve_workloads(
     measured: dict[str, Measured] = {}
     for name, sessions in workloads.items():
         transcript[name], measured[name] = _run(base, sessions, concurrency)
+    if transcripts is not None:
+        write_transcripts(transcripts, {k: v for k, v in transcript.items() if k in workloads})
+    if method in DRAFTER_SERVERS:
+        return measured  # the replay runs no trained drafter (yet)
 
     # agentspec bench's loop: one call at a time in the order they were sent.
     proposer = make_proposer(method, ProposerSettings())
@@ -453,12 +477,39 @@ def serve_workloads(
     return measured
 
 
-def launch(method: str, model: Path, log_dir: Path) -> tuple[VLLMServer, Path | None]:
+def write_transcripts(path: Path, transcript: dict[str, list[Sent]]) -> None:
+    """Append each session's calls to ``path`` as one trajectory (the replay's format)."""
+    with path.open("a") as f:
+        for workload, calls in transcript.items():
+            sessions: dict[str, list[Sent]] = {}
+            for c in sorted(calls, key=lambda c: (c.session, c.turn)):
+                sessions.setdefault(c.session, []).append(c)
+            for session, turns in sessions.items():
+                record = {
+                    "id": session,
+                    "source": f"live-{workload}",
+                    "task": turns[0].group,
+                    "kind": "agent",
+                    "model": REAL_MODEL_NAME,
+                    "turns": [{"messages_in": list(c.messages), "output": c.text} for c in turns],
+                }
+                f.write(json.dumps(record) + "\n")
+
+
+def launch(method: str, model: Path, log_dir: Path, drafter: Path | None = None) -> tuple[VLLMServer, Path | None]:
     args = [*REAL_MODEL_ARGS]
-    spec = SPEC_CONFIGS[method]
+    spec = SPEC_CONFIGS.get(method)
+    if method == "eagle3":
+        assert drafter is not None
+        spec = {"method": "eagle3", "model": str(drafter), "num_speculative_tokens": DRAFTER_TOKENS}
     if spec is not None:
         args += ["--speculative-config", json.dumps(spec)]
     common: dict[str, Any] = {"extra_args": args, "log_dir": log_dir, "kv_cache_bytes": KV_CACHE_BYTES, "name": method}
+    if method == "hybrid":
+        assert drafter is not None
+        head = DrafterSettings(model=str(drafter), num_tokens=DRAFTER_TOKENS, method="eagle3")
+        # No step log: it records the index's drafts alone.
+        return VLLMServer.launch(model, settings=EngineSettings(drafter=head), **common), None
     if method != "agentspec":
         return VLLMServer.launch(model, agentspec=False, **common), None
     steps = Path(tempfile.mkdtemp(prefix="agentspec-steps-", dir=log_dir))
@@ -470,6 +521,11 @@ def launch(method: str, model: Path, log_dir: Path) -> tuple[VLLMServer, Path | 
 
 def _median(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
+
+
+def _median_of_known(values: list[float | None]) -> tuple[float, float, float] | None:
+    known = [v for v in values if v is not None]
+    return _median(known) if known else None
 
 
 def _ratio(by_server: dict[str, list[Measured]], server: str, base: str) -> tuple[float, float, float] | None:
@@ -500,7 +556,7 @@ def report(results: dict[str, dict[str, list[Measured]]], console: Console) -> d
                 "tokens_per_s": tps,
                 "al": _median([r.al for r in runs]),
                 "acceptance": _median([r.acceptance for r in runs]),
-                "replay_al": _median([r.replay_al for r in runs]),
+                "replay_al": _median_of_known([r.replay_al for r in runs]),
                 "output_tokens": runs[0].output_tokens,
                 "calls": runs[0].calls,
                 "runs": len(runs),
@@ -535,7 +591,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="model folder (default: build the real model into --cache-dir)")
     p.add_argument("--cache-dir", default=os.environ.get(real_model.ENV_DIR), help="where the real model is built")
-    p.add_argument("--servers", default=",".join(SERVERS), help=f"comma-separated, of {', '.join(SERVERS)}")
+    p.add_argument(
+        "--servers",
+        default=",".join(SERVERS),
+        help=f"comma-separated, of {', '.join(SERVERS + DRAFTER_SERVERS)} (the last two need --drafter)",
+    )
+    p.add_argument("--drafter", type=Path, help="an EAGLE-3 head (agentspec train-drafter) for eagle3 and hybrid")
+    p.add_argument("--transcripts", type=Path, help="append every call answered, as trajectories, to this file")
     p.add_argument(
         "--workloads", default=",".join(DEFAULT_WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}"
     )
@@ -552,9 +614,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     methods = [n.strip() for n in args.servers.split(",") if n.strip()]
     workloads = [n.strip() for n in args.workloads.split(",") if n.strip()]
-    for given, known, what in ((methods, SERVERS, "servers"), (workloads, WORKLOADS, "workloads")):
+    for given, known, what in ((methods, SERVERS + DRAFTER_SERVERS, "servers"), (workloads, WORKLOADS, "workloads")):
         if unknown := sorted(set(given) - set(known)):
             p.error(f"unknown {what}: {', '.join(unknown)} (choose from {', '.join(known)})")
+    if set(methods) & set(DRAFTER_SERVERS) and (args.drafter is None or not (args.drafter / "config.json").is_file()):
+        p.error("--drafter: servers eagle3 and hybrid need a head folder (agentspec train-drafter's --out)")
     data = args.data or bundled_data()
     if "dev" in workloads and not data.exists():
         p.error(f"--data: no such file: {data}")
@@ -583,16 +647,20 @@ def main(argv: list[str] | None = None) -> int:
     for run in range(args.runs):
         for method in methods:
             # One server at a time, so they never compete for the cores; a fresh one each run.
-            server, steps = launch(method, model, log_dir)
+            server, steps = launch(method, model, log_dir, args.drafter)
             try:
                 server.wait_ready(600)
                 tag = f"r{run}"
                 plan = {w: workload_sessions(w, spec, tag, count) for w in workloads}
-                for workload, m in serve_workloads(server.url, method, plan, args.concurrency, steps).items():
+                served = serve_workloads(
+                    server.url, method, plan, args.concurrency, steps, transcripts=args.transcripts
+                )
+                for workload, m in served.items():
                     results[workload][method].append(m)
+                    replay_al = "-" if m.replay_al is None else f"{m.replay_al:.2f}"
                     console.print(
                         f"run {run + 1}/{args.runs} {method:12} {workload:5} {m.tokens_per_s:7.1f} tokens/s"
-                        f"  AL {m.al:.2f}  acceptance {m.acceptance:.3f}  replay AL {m.replay_al:.2f}"
+                        f"  AL {m.al:.2f}  acceptance {m.acceptance:.3f}  replay AL {replay_al}"
                         + ("" if m.steps_equal_server is None else f"  steps = server: {m.steps_equal_server}")
                     )
             finally:
@@ -604,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
             "settings": {
                 k: str(v) if isinstance(v, Path) else v
                 for k, v in vars(args).items()
-                if k not in ("model", "cache_dir", "log_dir", "json")
+                if k not in ("model", "cache_dir", "log_dir", "json", "transcripts", "drafter")
             },
             "model": model.name,
             "cpus": os.cpu_count(),
