@@ -56,9 +56,10 @@ SWEEP = "dev-policy-sweep.json"
 #: A fitted draft chooser against the calibrated score, on 30 trajectories of each source (docs/policy.md).
 CHOOSER = "dev-chooser-fit.json"
 #: RL groups pinned by the rollout client against spread, on 8 replicas: the first 60 groups
-#: of codet and tot, without and with the exchange (docs/rl.md).
+#: of codet and tot, without and with the exchange, and all groups without it (docs/rl.md).
 RL_ROUTING_60 = "dev-rl-routing-60.json"
 RL_ROUTING_60_EXCHANGE = "dev-rl-routing-60-exchange.json"
+RL_ROUTING = "dev-rl-routing.json"
 
 #: The command that wrote each file (run from the repository's root; a ``.json.gz`` is the
 #: ``.json`` it wrote, compressed by ``gzip -9n``).
@@ -93,6 +94,7 @@ COMMANDS: dict[str, str] = {
         "python benchmarks/rl_routing.py --data trajectories-dev.jsonl.gz --limit 60 --exchange"
         " --json dev-rl-routing-60-exchange.json"
     ),
+    RL_ROUTING: "python benchmarks/rl_routing.py --data trajectories-dev.jsonl.gz --json dev-rl-routing.json",
 }
 
 TABLE_MARKER = re.compile(r"<!-- agentspec:table ([\w.-]+) -->")
@@ -1048,10 +1050,9 @@ def rl_pinning(file: str, source: str, proposer: str = "agentspec") -> Calc:
     return ratio(rl_al(file, source, f"{proposer}, client"), rl_al(file, source, f"{proposer}, spread"))
 
 
-def table_rl_routing_60(results: Results) -> str:
-    """docs/rl.md: AL of the first groups of codet and tot on 8 replicas, pinned and spread."""
-    data = results.json(RL_ROUTING_60)
-    limit = data["settings"]["limit"]
+def table_rl_routing(results: Results) -> str:
+    """docs/rl.md: AL of codet's and tot's groups on 8 replicas, pinned and spread: the first
+    60 groups of each, then all."""
     lines = _header(
         "source",
         "groups",
@@ -1062,14 +1063,17 @@ def table_rl_routing_60(results: Results) -> str:
         "vLLM suffix spread",
         "pinned / spread",
     )
-    for source, row in data["sources"].items():
-        al = row["al"]
-        cells = [f"{source}, first {limit}" if limit else f"{source}, all", f"{row['trajectories']}"]
-        for proposer in ("agentspec", "vllm-suffix"):
-            pinned, spread = al[f"{proposer}, client"], al[f"{proposer}, spread"]
-            cells += [f"{pinned:.3f}", f"{spread:.3f}", f"{pinned / spread:.2f}×"]
-        lines.append(_row(cells))
-    return "\n".join(lines) + "\n" + _from(RL_ROUTING_60)
+    for file in (RL_ROUTING_60, RL_ROUTING):
+        data = results.json(file)
+        limit = data["settings"]["limit"]
+        for source, row in data["sources"].items():
+            al = row["al"]
+            cells = [f"{source}, first {limit}" if limit else f"{source}, all", f"{row['trajectories']}"]
+            for proposer in ("agentspec", "vllm-suffix"):
+                pinned, spread = al[f"{proposer}, client"], al[f"{proposer}, spread"]
+                cells += [f"{pinned:.3f}", f"{spread:.3f}", f"{pinned / spread:.2f}×"]
+            lines.append(_row(cells))
+    return "\n".join(lines) + "\n" + _from(RL_ROUTING_60, RL_ROUTING)
 
 
 TABLES: dict[str, Callable[[Results], str]] = {
@@ -1077,7 +1081,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "dev-hybrid-share": table_hybrid_share,
     "dev-policy-sweep": table_policy_sweep,
     "dev-chooser-fit": table_chooser_fit,
-    "dev-rl-routing-60": table_rl_routing_60,
+    "dev-rl-routing": table_rl_routing,
     "live-smollm2-cpu": table_live,
     "dev-set": table_dev_set,
     "dev-one-server": table_dev_one_server,

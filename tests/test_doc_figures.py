@@ -149,9 +149,9 @@ def test_a_changed_chooser_fit_fails_the_check_and_changes_its_table(results: Pa
 
 
 def test_a_changed_rl_routing_figure_fails_the_check_and_changes_its_table(results: Path) -> None:
-    marker = "<!-- agentspec:table dev-rl-routing-60 -->"
+    marker = "<!-- agentspec:table dev-rl-routing -->"
     table = figures.render_tables(marker, figures.Results(RESULTS))
-    assert "| codet, first 60 | 60 |" in table and "| tot, first 60 | 60 |" in table
+    assert "| codet, first 60 | 60 |" in table and "| tot, all | 330 |" in table
 
     def change(data: dict[str, Any]) -> None:
         data["sources"]["tot"]["al"]["agentspec, client"] *= 1.1

@@ -64,3 +64,27 @@ def test_the_json_holds_what_the_table_prints(script: ModuleType, tmp_path: Path
         f"{ratio:.2f}x",
         f"{codet['suffix_client_over_spread']:.2f}x",
     ]
+
+
+def test_a_run_of_one_proposers_arms_gives_what_a_run_of_both_does(script: ModuleType, tmp_path: Path) -> None:
+    app = typer.Typer()
+    app.command()(script.main)
+    common = ["--data", str(bundled_data()), "--sources", "codet", "--limit", "2", "--replicas", "2"]
+    common += ["--cache-dir", str(tmp_path / "cache")]
+    docs = {}
+    for proposers in ("agentspec,vllm-suffix", "agentspec", "vllm-suffix"):
+        out = tmp_path / f"{proposers}.json"
+        result = CliRunner().invoke(app, [*common, "--proposers", proposers, "--json", str(out)])
+        assert result.exit_code == 0, result.output + repr(result.exception)
+        docs[proposers] = json.loads(out.read_text())["sources"]["codet"]
+    both = docs["agentspec,vllm-suffix"]
+    for proposer, ratio in script.RATIOS.items():
+        part = docs[proposer]
+        assert list(part["al"]) == [f"{proposer}, client", f"{proposer}, spread"]
+        assert all(
+            part["al"][arm] == both["al"][arm] and part["counts"][arm] == both["counts"][arm] for arm in part["al"]
+        )
+        assert part[ratio] == both[ratio]
+        assert not (set(script.RATIOS.values()) - {ratio}) & set(part)  # nor the other's ratio
+    refused = CliRunner().invoke(app, [*common, "--proposers", "ngram"])
+    assert refused.exit_code != 0
