@@ -105,17 +105,18 @@ class ServerKind:
         )
 
 
-def build_tiny_drafter_with_server_python(model_dir: Path) -> Path:
-    """The tiny model's draft model (``build_tiny_drafter``), built by the interpreter that serves."""
+def build_with_server_python(builder: str, model_dir: Path) -> Path:
+    """A drafter of the tiny model (``builder``, a function of
+    :mod:`agentspec.testing.tiny_model`), built by the interpreter that serves."""
     python = server_python()
     if python is None:
-        from agentspec.testing.tiny_model import build_tiny_drafter
+        from agentspec.testing import tiny_model
 
-        return build_tiny_drafter(model_dir)
-    code = "import sys; from agentspec.testing.tiny_model import build_tiny_drafter as b; print(b(sys.argv[1]))"
+        return Path(getattr(tiny_model, builder)(model_dir))
+    code = f"import sys; from agentspec.testing.tiny_model import {builder} as b; print(b(sys.argv[1]))"
     built = subprocess.run([python, "-c", code, str(model_dir)], capture_output=True, text=True, check=False)
     if built.returncode != 0:
-        raise RuntimeError(f"{ENV_SERVER_PYTHON}={python} could not build the tiny drafter:\n{built.stderr[-2000:]}")
+        raise RuntimeError(f"{ENV_SERVER_PYTHON}={python} could not build {builder}:\n{built.stderr[-2000:]}")
     return Path(built.stdout.strip().splitlines()[-1])
 
 
@@ -174,7 +175,23 @@ SERVER_KINDS: dict[str, ServerKind] = {
             "whose drafts vLLM samples (``draft_sample_method: probabilistic``)",
             lambda c: EngineSettings(
                 index=TEST_INDEX_CONFIG,
-                drafter=DrafterSettings(model=str(build_tiny_drafter_with_server_python(c.model_dir)), num_tokens=4),
+                drafter=DrafterSettings(
+                    model=str(build_with_server_python("build_tiny_drafter", c.model_dir)), num_tokens=4
+                ),
+            ),
+            extra_args=("--speculative-config", '{"draft_sample_method": "probabilistic"}'),
+        ),
+        ServerKind(
+            "hybrid-eagle3-sampled",
+            "``agentspec serve --agentspec-drafter`` with an EAGLE-3 head in train-drafter's layout (a reduced "
+            "draft vocabulary mapped by ``d2t``), whose drafts vLLM samples (``draft_sample_method: probabilistic``)",
+            lambda c: EngineSettings(
+                index=TEST_INDEX_CONFIG,
+                drafter=DrafterSettings(
+                    model=str(build_with_server_python("build_tiny_reduced_eagle3_head", c.model_dir)),
+                    num_tokens=3,
+                    method="eagle3",
+                ),
             ),
             extra_args=("--speculative-config", '{"draft_sample_method": "probabilistic"}'),
         ),

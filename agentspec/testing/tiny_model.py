@@ -263,6 +263,56 @@ def build_tiny_eagle3_head(target: str | os.PathLike[str]) -> Path:
     return _save_head(config, tensors, target, out)
 
 
+#: The reduced head's draft vocabulary: every other id below twice its size.
+REDUCED_DRAFT_VOCAB = 1024
+
+
+def build_tiny_reduced_eagle3_head(target: str | os.PathLike[str]) -> Path:
+    """Build (or reuse) an EAGLE-3 head for the tiny model in the layout ``agentspec
+    train-drafter`` writes (:func:`agentspec.training.eagle3.save_head`): a reduced draft
+    vocabulary mapped to the target's ids by ``d2t`` (every other id, so the map is no
+    identity), its own output layer started from the target's rows for those ids, random
+    weights from a fixed seed otherwise. For sampling through a reduced vocabulary, not for
+    speed.
+    """
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    from agentspec.training.eagle3 import Eagle3Head, HeadShape, save_head
+
+    target = Path(target)
+    out = target.parent / f"{target.name}-eagle3-reduced"
+    if (out / "config.json").exists():
+        return out
+    config = json.loads((target / "config.json").read_text())
+    h = config["hidden_size"]
+    shape = HeadShape(
+        hidden_size=h,
+        intermediate_size=config["intermediate_size"],
+        num_attention_heads=config["num_attention_heads"],
+        num_key_value_heads=config["num_key_value_heads"],
+        head_dim=config.get("head_dim") or h // config["num_attention_heads"],
+        rms_norm_eps=config["rms_norm_eps"],
+        aux_layers=(1, 2, 3),
+        draft_vocab_size=REDUCED_DRAFT_VOCAB,
+    )
+    torch.manual_seed(SEED + 3)
+    head = Eagle3Head(shape)
+    ids = torch.arange(REDUCED_DRAFT_VOCAB) * 2
+    with torch.no_grad():
+        head.d2t.copy_(ids - torch.arange(REDUCED_DRAFT_VOCAB))
+        head.lm_head.weight.copy_(load_file(str(target / "model.safetensors"))["lm_head.weight"][ids])
+    staging = target.parent / f".{out.name}.{os.getpid()}"
+    save_head(head, config, staging, {"built_for": "tests"})
+    try:
+        staging.rename(out)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)  # another process built the same files
+    return out
+
+
 def _seeded_weights(seed: int) -> Callable[..., Any]:
     """A function returning small random weight tensors (``weight(*shape)``), the same
     sequence for the same seed."""

@@ -62,15 +62,28 @@ def test_agentspec_workloads_measured_and_its_steps_replayed(agentspec_real_serv
     assert "workload loop" in out.getvalue() and "agentspec" in out.getvalue()
 
 
-def test_plain_server_has_no_drafts(plain_real_server: VLLMServer) -> None:
+def test_plain_server_has_no_drafts(plain_real_server: VLLMServer, tmp_path: Path) -> None:
     salt = f"live-{uuid.uuid4().hex[:8]}"
     plan = {"loop": _plan(salt)["loop"]}
-    (m,) = live_bench.serve_workloads(plain_real_server.url, "none", plan, concurrency=2, step_log_dir=None).values()
+    transcripts = tmp_path / "calls.jsonl"
+    (m,) = live_bench.serve_workloads(
+        plain_real_server.url, "none", plan, concurrency=2, step_log_dir=None, transcripts=transcripts
+    ).values()
     assert m.output_tokens > 0 and m.draft_tokens == 0
     # One token a step without speculation; the API server may merge a step or two into one
     # chunk when it falls behind the engine, never split one.
     assert 0.8 * m.output_tokens <= m.live_steps <= m.output_tokens
     assert m.steps_equal_server is None
+
+    # The calls as trajectories (train-drafter's input): each session's turns in order, the
+    # second turn's messages quoting the first turn's answer.
+    from agentspec.replay.trajectories import load_trajectories
+
+    (trajectories,) = load_trajectories(transcripts).values()
+    assert len(trajectories) == 2 and all(len(t.turns) == 2 for t in trajectories)
+    for t in trajectories:
+        first, second = t.turns
+        assert first.output and any(msg.content == first.output for msg in second.messages), t
 
 
 @pytest.mark.parametrize(
@@ -79,6 +92,7 @@ def test_plain_server_has_no_drafts(plain_real_server: VLLMServer) -> None:
         (["--servers", "none,eagle"], "unknown servers: eagle"),
         (["--workloads", "dev,nope"], "unknown workloads: nope"),
         (["--data", "no-such-file.jsonl"], "no such file"),
+        (["--servers", "none,hybrid"], "--drafter: servers eagle3 and hybrid need a head folder"),
     ],
 )
 def test_bad_options_are_one_line(

@@ -201,7 +201,13 @@ def _samples(base: str, prompt: str, requests: int = 8, n: int = 50) -> list[lis
     return out
 
 
-SAMPLED_SERVERS = ["agentspec_hybrid_server", "agentspec_hybrid_sampled_server", "agentspec_server"]
+SAMPLED_SERVERS = [
+    "agentspec_hybrid_server",
+    "agentspec_hybrid_sampled_server",
+    # An EAGLE-3 head as train-drafter writes it: drafts over a reduced vocabulary (d2t).
+    "agentspec_hybrid_eagle3_sampled_server",
+    "agentspec_server",
+]
 
 
 # Each case declares only its own server: the run keeps one of them alive at a time.
