@@ -18,16 +18,33 @@ from agentspec.engine.launcher.serve import SERVE_CONTEXT, serve
 from agentspec.replay.cli import bench
 from agentspec.training.cli import train_drafter
 
+#: typer's value labels, as vLLM's and ``agentspec serve``'s help write them.
+_LABELS = {"str": "TEXT", "int": "INT", "int range": "INT", "float": "FLOAT", "float range": "FLOAT"}
+
+
+def _metavar(param: Any, ctx: Any) -> str | None:
+    """An option's value in capitals (``INT``, ``TEXT``, ``FILE``) where it names none
+    itself; None to keep typer's label (choices, lists)."""
+    label = str(param.display_type(ctx)).strip("<>")
+    if label in ("file", "dir", "path"):
+        return label.upper()
+    return _LABELS.get(label)
+
 
 class _FlagsWithoutType:
     """Help lists a flag (``--help`` and ``--version`` included) without a type after it:
-    it takes no value (typer's rich help would show ``<bool>``)."""
+    it takes no value (typer's rich help would show ``<bool>``); other values are labelled
+    in capitals, as ``agentspec serve`` and vLLM label theirs."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         params: list[Any] = super().get_params(ctx)  # type: ignore[misc]
         for param in params:
-            if getattr(param, "is_flag", False) and param.metavar is None:
+            if param.metavar is not None:
+                continue
+            if getattr(param, "is_flag", False):
                 param.metavar = ""
+            else:
+                param.metavar = _metavar(param, ctx)
         return params
 
 

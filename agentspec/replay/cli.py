@@ -124,7 +124,10 @@ def bench(
     ] = "auto",
     agentspec_policy: Annotated[
         str | None,
-        typer.Option(help="agentspec: draft policy as JSON, e.g. '{\"max_spec_factor\": 4}' (DraftPolicy fields)."),
+        typer.Option(
+            help="agentspec: draft policy as JSON, e.g. '{\"max_spec_factor\": 4}' (DraftPolicy fields).",
+            metavar="JSON",
+        ),
     ] = None,
     speed_model: Annotated[
         list[str] | None,

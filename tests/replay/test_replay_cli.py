@@ -221,7 +221,8 @@ def _commands() -> list[list[str]]:
 @pytest.mark.parametrize("command", _commands(), ids=lambda c: " ".join(["agentspec", *c]))
 def test_no_help_shows_a_type_after_a_flag_or_an_int_range(command: list[str]) -> None:
     """Every command's help (the root's too): a flag, --help and --version included, takes
-    no value so shows no type; a bounded count shows N, not typer's "<int range>"."""
+    no value so shows no type; a bounded count shows N, not typer's "<int range>"; other
+    values are labelled in capitals (TEXT, INT, FILE), as serve's and vLLM's are."""
     from agentspec.cli import app
 
     result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "240"}, terminal_width=240)
@@ -230,5 +231,6 @@ def test_no_help_shows_a_type_after_a_flag_or_an_int_range(command: list[str]) -
         (line,) = [line for line in result.output.splitlines() if re.search(rf"{flag}\b(?!-)", line) and "│" in line]
         assert re.search(rf"{flag}\s+(-h\s+)?[A-Z]", line), line  # the help text right after the names
     assert "<bool>" not in result.output and "range>" not in result.output
+    assert not re.search(r"<(str|int|float|file|dir)>", result.output), result.output
     if command == ["bench"]:
         assert re.search(r"--limit\s+N\s+\[x>=1\]", result.output)
