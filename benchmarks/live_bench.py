@@ -336,6 +336,12 @@ class Measured:
     drafts: float
     draft_tokens: float
     accepted: float
+    model_drafts: float = 0.0
+    model_draft_tokens: float = 0.0
+    model_accepted: float = 0.0
+    index_accepted: float = 0.0
+    drafter_runs: float = 0.0
+    drafter_runs_skipped: float = 0.0
     replay_drafted: int = 0
     replay_accepted: int = 0
     replay_steps: int = 0
@@ -363,6 +369,20 @@ class Measured:
         return self.output_tokens / self.replay_steps if self.replay_steps else None
 
     @property
+    def model_share_recovered(self) -> float | None:
+        """Of the tokens decoded on the steps the hybrid gave its model drafter (the index
+        expected less there), the share the drafter's accepted tokens made."""
+        if not self.model_drafts:
+            return None
+        return self.model_accepted / (self.model_accepted + self.model_drafts)
+
+    @property
+    def drafter_skip_share(self) -> float | None:
+        """Of the hybrid's steps, the share whose draft passes were skipped."""
+        runs = self.drafter_runs + self.drafter_runs_skipped
+        return self.drafter_runs_skipped / runs if runs else None
+
+    @property
     def steps_equal_server(self) -> bool | None:
         if self.steps_accepted is None:
             return None
@@ -370,16 +390,24 @@ class Measured:
         return counts and self.steps_differ == 0
 
     def summary(self) -> dict[str, Any]:
-        derived = ("tokens_per_s", "al", "acceptance", "replay_al", "steps_equal_server")
+        derived = (
+            "tokens_per_s",
+            "al",
+            "acceptance",
+            "replay_al",
+            "steps_equal_server",
+            "model_share_recovered",
+            "drafter_skip_share",
+        )
         return {**asdict(self), **{k: getattr(self, k) for k in derived}}
 
 
 def _counters(base: str) -> dict[str, float]:
     text = scrape(base)
 
-    def value(name: str) -> float:
+    def value(name: str, labels: str = "") -> float:
         try:
-            return metric_value(text, name)
+            return metric_value(text, name, labels)
         except KeyError:  # a server without speculation exports no spec-decode series
             return 0.0
 
@@ -387,6 +415,13 @@ def _counters(base: str) -> dict[str, float]:
         "drafts": value("vllm:spec_decode_num_drafts_total"),
         "draft_tokens": value("vllm:spec_decode_num_draft_tokens_total"),
         "accepted": value("vllm:spec_decode_num_accepted_tokens_total"),
+        # agentspec's hybrid: what each path drafted and got accepted, and the drafter's passes.
+        "model_drafts": value("agentspec_path_drafts_total", 'path="model"'),
+        "model_draft_tokens": value("agentspec_path_draft_tokens_total", 'path="model"'),
+        "model_accepted": value("agentspec_path_accepted_tokens_total", 'path="model"'),
+        "index_accepted": value("agentspec_path_accepted_tokens_total", 'path="suffix"'),
+        "drafter_runs": value("agentspec_drafter_runs_total"),
+        "drafter_runs_skipped": value("agentspec_drafter_runs_skipped_total"),
     }
 
 
@@ -557,6 +592,8 @@ def report(results: dict[str, dict[str, list[Measured]]], console: Console) -> d
                 "al": _median([r.al for r in runs]),
                 "acceptance": _median([r.acceptance for r in runs]),
                 "replay_al": _median_of_known([r.replay_al for r in runs]),
+                "model_share_recovered": _median_of_known([r.model_share_recovered for r in runs]),
+                "drafter_skip_share": _median_of_known([r.drafter_skip_share for r in runs]),
                 "output_tokens": runs[0].output_tokens,
                 "calls": runs[0].calls,
                 "runs": len(runs),
@@ -658,10 +695,16 @@ def main(argv: list[str] | None = None) -> int:
                 for workload, m in served.items():
                     results[workload][method].append(m)
                     replay_al = "-" if m.replay_al is None else f"{m.replay_al:.2f}"
+                    hybrid = (
+                        ""
+                        if m.model_share_recovered is None
+                        else f"  model share {m.model_share_recovered:.3f}, passes skipped {m.drafter_skip_share:.3f}"
+                    )
                     console.print(
                         f"run {run + 1}/{args.runs} {method:12} {workload:5} {m.tokens_per_s:7.1f} tokens/s"
                         f"  AL {m.al:.2f}  acceptance {m.acceptance:.3f}  replay AL {replay_al}"
                         + ("" if m.steps_equal_server is None else f"  steps = server: {m.steps_equal_server}")
+                        + hybrid
                     )
             finally:
                 server.stop()
