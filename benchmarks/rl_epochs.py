@@ -1,6 +1,7 @@
 """RL epochs: the same prompts sampled again, with the last epoch's outputs kept or retired.
 
-    python benchmarks/rl_epochs.py --data trajectories-dev.jsonl.gz [--sources codet,tot] [--limit N] [--json FILE]
+    python benchmarks/rl_epochs.py --data trajectories-dev.jsonl.gz [--sources codet,tot] [--limit N]
+        [--arms vllm-suffix,kept,retired] [--json FILE]
 
 Each source's recorded sibling groups (GRPO-like: several samples of one prompt) are
 replayed twice through one agentspec server, the engine's own request driver and index,
@@ -15,6 +16,9 @@ their ratio.
 The ratio is an upper bound of what keeping old outputs is worth: the recorded epoch 2 is
 the same samples again, with no policy drift between the epochs, so old outputs are exactly
 right here; after a real update they are only similar.
+
+``--arms`` replays some of the three only (each replays on a server of its own, so a run of
+each gives the figures of a run of all three).
 
 ``--json FILE`` also writes the run: its settings (the data file by name only) and, per
 source, the groups replayed, epoch 2's AL each way and the ratio kept / retired.
@@ -42,6 +46,8 @@ from agentspec.replay.simulate import Tally, interleave, replay_call
 from agentspec.replay.tokenized import TokenCache
 
 CONCURRENCY = 8
+#: The arms (``--arms``) and the names the table and the JSON give them.
+ARMS = {"vllm-suffix": "vllm-suffix", "kept": "agentspec, kept", "retired": "agentspec, retired"}
 
 
 def next_epoch(workload: SourceWorkload, epoch: int) -> SourceWorkload:
@@ -96,30 +102,38 @@ def main(
     sources: Annotated[str, typer.Option(help="Sources with sibling samples, comma-separated.")] = "codet,tot",
     limit: Annotated[int | None, typer.Option(help="Trajectories (groups) per source.")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Token cache (default ~/.cache/agentspec/replay).")] = None,
+    arms: Annotated[str, typer.Option(help="Arms to replay, comma-separated.")] = "vllm-suffix,kept,retired",
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the run's figures here.")] = None,
 ) -> None:
     started = time.perf_counter()
+    unknown = set(arms.split(",")) - set(ARMS)
+    chosen = [ARMS[a] for a in ARMS if a in arms.split(",")]
+    if unknown or not chosen:
+        raise typer.BadParameter(f"arms are {', '.join(ARMS)}, not {sorted(unknown) or arms!r}")
+    runs: dict[str, tuple[Callable[[], Proposer], Callable[[Proposer], None]]] = {
+        "vllm-suffix": (VllmSuffixProposer, lambda _: None),
+        "agentspec, kept": (_agentspec, _update(keep=True)),
+        "agentspec, retired": (_agentspec, _update(keep=False)),
+    }
+    both = "agentspec, kept" in chosen and "agentspec, retired" in chosen
     cache = TokenCache(data, cache_dir)
     names = [s for s in sources.split(",") if s]
     cache.ensure(names)
     table = Table(
-        "source", "groups", "vllm-suffix", "agentspec, kept", "agentspec, retired", "kept / retired",
+        "source", "groups", *chosen, *(["kept / retired"] if both else []),
         title="Epoch 2 AL after a weight update (upper bound: no policy drift)",
     )  # fmt: skip
     by_source: dict[str, Any] = {}
     for name in names:
         workload = cache.load(name).workload(limit, None)
-        suffix = epoch_two_al(VllmSuffixProposer, workload, lambda _: None)
-        kept = epoch_two_al(_agentspec, workload, _update(keep=True))
-        retired = epoch_two_al(_agentspec, workload, _update(keep=False))
-        by_source[name] = {
-            "groups": len(workload),
-            "al": {"vllm-suffix": suffix, "agentspec, kept": kept, "agentspec, retired": retired},
-            "kept_over_retired": kept / retired,
-        }
-        table.add_row(
-            name, str(len(workload)), f"{suffix:.3f}", f"{kept:.3f}", f"{retired:.3f}", f"{kept / retired:.2f}x"
-        )
+        al = {arm: epoch_two_al(runs[arm][0], workload, runs[arm][1]) for arm in chosen}
+        by_source[name] = {"groups": len(workload), "al": al}
+        cells = [f"{al[arm]:.3f}" for arm in chosen]
+        if both:
+            ratio = al["agentspec, kept"] / al["agentspec, retired"]
+            by_source[name]["kept_over_retired"] = ratio
+            cells.append(f"{ratio:.2f}x")
+        table.add_row(name, str(len(workload)), *cells)
     Console().print(table)
     if json_out is not None:
         settings = {

@@ -60,6 +60,8 @@ CHOOSER = "dev-chooser-fit.json"
 RL_ROUTING_60 = "dev-rl-routing-60.json"
 RL_ROUTING_60_EXCHANGE = "dev-rl-routing-60-exchange.json"
 RL_ROUTING = "dev-rl-routing.json"
+#: RL's successive epochs on one server, all groups of codet and tot (docs/rl.md).
+RL_EPOCHS = "dev-rl-epochs.json"
 
 #: The command that wrote each file (run from the repository's root; a ``.json.gz`` is the
 #: ``.json`` it wrote, compressed by ``gzip -9n``).
@@ -95,6 +97,7 @@ COMMANDS: dict[str, str] = {
         " --json dev-rl-routing-60-exchange.json"
     ),
     RL_ROUTING: "python benchmarks/rl_routing.py --data trajectories-dev.jsonl.gz --json dev-rl-routing.json",
+    RL_EPOCHS: "python benchmarks/rl_epochs.py --data trajectories-dev.jsonl.gz --json dev-rl-epochs.json",
 }
 
 TABLE_MARKER = re.compile(r"<!-- agentspec:table ([\w.-]+) -->")
@@ -533,11 +536,13 @@ def figures() -> Iterator[Figure]:
 
     # rl.md: RL groups pinned against spread, benchmarks/rl_routing.py
     yield fig("rl.md", "Pinning is worth most on the first 60 ({}×).", (rl_pinning(RL_ROUTING_60, "tot"), F2))
+    same = "vLLM's suffix method reaches {} on codet's epoch 2, the same figure as its pinned AL on the first 60 codet"
+    yield fig("rl.md", same, (epoch_two("codet", "vllm-suffix"), F3))
+    yield fig("rl.md", same, (rl_al(RL_ROUTING_60, "codet", "vllm-suffix, client"), F3))
     yield fig(
         "rl.md",
-        "vLLM's suffix method reaches {} on codet's epoch 2, the same figure as its pinned AL on the first 60 codet"
-        " groups",
-        (rl_al(RL_ROUTING_60, "codet", "vllm-suffix, client"), F3),
+        "The kept/retired ratio is {}× for codet and {}× for tot.",
+        *((ratio(epoch_two(s, "agentspec, kept"), epoch_two(s, "agentspec, retired")), F2) for s in ("codet", "tot")),
     )
     yield fig(
         "rl.md",
@@ -1076,12 +1081,29 @@ def table_rl_routing(results: Results) -> str:
     return "\n".join(lines) + "\n" + _from(RL_ROUTING_60, RL_ROUTING)
 
 
+def epoch_two(source: str, arm: str) -> Get:
+    """benchmarks/rl_epochs.py: epoch 2's AL of ``vllm-suffix``, ``agentspec, kept`` or ``agentspec, retired``."""
+    return Get(RL_EPOCHS, ("sources", source, "al", arm))
+
+
+def table_rl_epochs(results: Results) -> str:
+    """docs/rl.md: epoch 2's AL after a weight update, the first epoch's outputs kept or retired."""
+    data = results.json(RL_EPOCHS)
+    lines = _header("source", "groups", "vLLM suffix", "agentspec, kept", "agentspec, retired", "kept / retired")
+    for source, row in data["sources"].items():
+        al = row["al"]
+        cells = [f"{al[arm]:.3f}" for arm in ("vllm-suffix", "agentspec, kept", "agentspec, retired")]
+        lines.append(_row([source, f"{row['groups']}", *cells, f"{row['kept_over_retired']:.2f}×"]))
+    return "\n".join(lines) + "\n" + _from(RL_EPOCHS)
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
     "drafter-cost-smollm2-cpu": table_drafter_cost,
     "dev-hybrid-share": table_hybrid_share,
     "dev-policy-sweep": table_policy_sweep,
     "dev-chooser-fit": table_chooser_fit,
     "dev-rl-routing": table_rl_routing,
+    "dev-rl-epochs": table_rl_epochs,
     "live-smollm2-cpu": table_live,
     "dev-set": table_dev_set,
     "dev-one-server": table_dev_one_server,

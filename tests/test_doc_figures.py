@@ -163,6 +163,21 @@ def test_a_changed_rl_routing_figure_fails_the_check_and_changes_its_table(resul
     assert figures.render_tables(marker, figures.Results(results)) != table
 
 
+def test_a_changed_rl_epoch_fails_the_check_and_changes_its_table(results: Path) -> None:
+    marker = "<!-- agentspec:table dev-rl-epochs -->"
+    table = figures.render_tables(marker, figures.Results(RESULTS))
+    assert table.startswith("| source | groups | vLLM suffix | agentspec, kept | agentspec, retired | kept / retired |")
+
+    def change(data: dict[str, Any]) -> None:
+        data["sources"]["codet"]["al"]["vllm-suffix"] += 0.01
+
+    _edit(results / figures.RL_EPOCHS, change)
+    done = _check("--results", str(results))
+    assert done.returncode == 1
+    assert "rl.md: \"vLLM's suffix method reaches {} on codet's epoch 2" in done.stderr
+    assert figures.render_tables(marker, figures.Results(results)) != table
+
+
 def test_a_passage_gone_from_its_page_fails_the_check(tmp_path: Path) -> None:
     docs = Path(shutil.copytree(ROOT / "docs", tmp_path / "docs"))
     page = docs / "engine.md"

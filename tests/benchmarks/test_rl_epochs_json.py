@@ -55,3 +55,22 @@ def test_the_json_holds_what_the_table_prints(script: ModuleType, tmp_path: Path
         f"{al['agentspec, retired']:.3f}",
         f"{codet['kept_over_retired']:.2f}x",
     ]
+
+
+def test_a_run_of_some_arms_gives_what_a_run_of_all_does(script: ModuleType, tmp_path: Path) -> None:
+    app = typer.Typer()
+    app.command()(script.main)
+    common = ["--data", str(bundled_data()), "--sources", "codet", "--limit", "2"]
+    common += ["--cache-dir", str(tmp_path / "cache")]
+    docs = {}
+    for arms in ("vllm-suffix,kept,retired", "kept", "vllm-suffix,retired"):
+        out = tmp_path / f"{arms}.json"
+        result = CliRunner().invoke(app, [*common, "--arms", arms, "--json", str(out)], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output + repr(result.exception)
+        docs[arms] = json.loads(out.read_text())["sources"]["codet"]
+    every = docs["vllm-suffix,kept,retired"]
+    assert list(every["al"]) == list(script.ARMS.values())
+    assert docs["kept"]["al"] == {"agentspec, kept": every["al"]["agentspec, kept"]}
+    assert docs["vllm-suffix,retired"]["al"] == {arm: every["al"][arm] for arm in ("vllm-suffix", "agentspec, retired")}
+    assert "kept_over_retired" not in docs["kept"] and "kept_over_retired" not in docs["vllm-suffix,retired"]
+    assert CliRunner().invoke(app, [*common, "--arms", "ngram"]).exit_code != 0
