@@ -215,6 +215,9 @@ class WorkloadSpec:
     salt: str | None = None
     #: Samples per prompt in the ``rl`` workload.
     samples: int = 8
+    #: Trajectory ids the dev workload leaves out (e.g. the bundled slice's, to record
+    #: training text for a drafter that the slice's workload then measures unseen).
+    exclude: frozenset[str] = frozenset()
 
 
 def _windowed(traj: Trajectory, turn: int, count: Callable[[str], int], window: int, reserve: int) -> list[dict]:
@@ -237,7 +240,10 @@ def _windowed(traj: Trajectory, turn: int, count: Callable[[str], int], window: 
 def dev_sessions(spec: WorkloadSpec, tag: str, count: Callable[[str], int]) -> list[Session]:
     """The first ``spec.turns`` turns of ``spec.sessions`` recorded chat agents, sources in turn."""
     by_source = load_trajectories(spec.data, DEV_SOURCES)
-    pools = [[t for t in by_source.get(s, []) if len(t.turns) >= spec.turns] for s in DEV_SOURCES]
+    pools = [
+        [t for t in by_source.get(s, []) if len(t.turns) >= spec.turns and t.id not in spec.exclude]
+        for s in DEV_SOURCES
+    ]
     pools = [p for p in pools if p]
     if not pools:
         raise SystemExit(f"{spec.data}: no trajectories of {', '.join(DEV_SOURCES)} with {spec.turns} turns")
@@ -636,6 +642,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drafter", type=Path, help="an EAGLE-3 head (agentspec train-drafter) for eagle3 and hybrid")
     p.add_argument("--transcripts", type=Path, help="append every call answered, as trajectories, to this file")
     p.add_argument(
+        "--exclude",
+        type=Path,
+        help="trajectories file whose ids the dev workload leaves out (e.g. the bundled slice: train a drafter"
+        " on other calls than those measured)",
+    )
+    p.add_argument(
         "--workloads", default=",".join(DEFAULT_WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}"
     )
     p.add_argument("--samples", type=int, default=8, help="samples per prompt in the rl workload")
@@ -659,6 +671,11 @@ def main(argv: list[str] | None = None) -> int:
     data = args.data or bundled_data()
     if "dev" in workloads and not data.exists():
         p.error(f"--data: no such file: {data}")
+    if args.exclude is not None and not args.exclude.is_file():
+        p.error(f"--exclude: no such file: {args.exclude}")
+    exclude = (
+        frozenset(t.id for ts in load_trajectories(args.exclude).values() for t in ts) if args.exclude else frozenset()
+    )
     if args.model is None and not args.cache_dir:
         p.error(f"pass --model or --cache-dir (or set {real_model.ENV_DIR})")
 
@@ -674,7 +691,9 @@ def main(argv: list[str] | None = None) -> int:
         with lock:  # fast tokenizers are not safe to share between threads
             return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    spec = WorkloadSpec(args.sessions, args.turns, args.max_tokens, args.window, data, samples=args.samples)
+    spec = WorkloadSpec(
+        args.sessions, args.turns, args.max_tokens, args.window, data, samples=args.samples, exclude=exclude
+    )
     console = Console(width=150)
     console.print(
         f"model {model.name}; {args.sessions} sessions x {args.turns} turns x <= {args.max_tokens} tokens per"
@@ -715,7 +734,7 @@ def main(argv: list[str] | None = None) -> int:
             "settings": {
                 k: str(v) if isinstance(v, Path) else v
                 for k, v in vars(args).items()
-                if k not in ("model", "cache_dir", "log_dir", "json", "transcripts", "drafter")
+                if k not in ("model", "cache_dir", "log_dir", "json", "transcripts", "drafter", "exclude")
             },
             "model": model.name,
             "cpus": os.cpu_count(),
