@@ -49,6 +49,10 @@ STEPS_70B = "h200-step-times-70b-40-layers.json"
 LIVE = "live-smollm2-cpu.json"
 #: One pass of candidate drafters beside the real model's step, on the same CPU (docs/engine.md).
 DRAFTER_COST = "drafter-cost-smollm2-cpu.json"
+#: A drafter trained on the real model's own outputs (docs/drafter.md), and the live
+#: benchmark with it: vLLM's eagle3 with the head alone, and agentspec's hybrid.
+DRAFTER_TRAIN = "drafter-train-smollm2-cpu.json"
+LIVE_DRAFTER = "live-drafter-smollm2-cpu.json"
 #: The hybrid's addressable share on the development set (docs/engine.md).
 HYBRID_SHARE = "dev-hybrid-share.json"
 #: The draft policy's sweep on 20 trajectories of five sources of the development set (docs/policy.md).
@@ -83,6 +87,18 @@ COMMANDS: dict[str, str] = {
     LIVE: "python benchmarks/live_bench.py --cache-dir .cache/real-model --runs 3 --json live-smollm2-cpu.json",
     DRAFTER_COST: (
         "python benchmarks/drafter_cost.py --cache-dir .cache/real-model --json drafter-cost-smollm2-cpu.json"
+    ),
+    DRAFTER_TRAIN: (
+        "agentspec train-drafter .cache/real-model/smollm2-135m-instruct-b179c9523d0e-v1 --data own.jsonl"
+        " --out own-head --steps 150 --draft-vocab 8192 --max-tokens 384 --eval-fraction 0.12"
+        " (own.jsonl: python benchmarks/live_bench.py --cache-dir .cache/real-model --servers none"
+        " --data trajectories-dev.jsonl.gz --exclude agentspec/replay/data/slice.jsonl.gz --workloads dev"
+        " --sessions 48 --turns 3 --max-tokens 128 --runs 1 --transcripts own.jsonl); its training.json"
+    ),
+    LIVE_DRAFTER: (
+        "python benchmarks/live_bench.py --cache-dir .cache/real-model"
+        " --servers none,vllm-suffix,eagle3,agentspec,hybrid --drafter own-head --runs 1"
+        " --json live-drafter-smollm2-cpu.json"
     ),
     HYBRID_SHARE: (
         "python benchmarks/hybrid_share.py --data trajectories-dev.jsonl.gz --jobs 1 --json dev-hybrid-share.json"
@@ -331,6 +347,53 @@ def figures() -> Iterator[Figure]:
         "AL agentspec / vllm-suffix {} on one server and {} on eight replicas exchanging outputs",
         (one(OURS, field="al_vs_baseline"), F3),
         (exchanging(OURS, field="al_vs_baseline"), F3),
+    )
+
+    # drafter.md: the head trained on the real model's outputs, and the hybrid live with it
+    yield fig(
+        "drafter.md",
+        "the target's own choice for {} of the\noutput tokens, and for {} of those",
+        (trained("acceptance", 0), F3),
+        (trained("hard_acceptance"), F3),
+    )
+    hybrid, index_only = live_drafter("dev", "hybrid", "al"), live_drafter("dev", OURS, "al")
+    yield fig(
+        "drafter.md",
+        "the hybrid's AL is {} against {} for the\n  index alone ({}x)",
+        (hybrid, F2),
+        (index_only, F2),
+        (ratio(hybrid, index_only), F2),
+    )
+    yield fig(
+        "drafter.md",
+        "drafts made {} of the tokens decoded",
+        (live_drafter("dev", "hybrid", "model_share_recovered"), F3),
+    )
+    yield fig(
+        "drafter.md",
+        "the AL is {} against {}: the head's",
+        (live_drafter("loop", "hybrid", "al"), F2),
+        (live_drafter("loop", OURS, "al"), F2),
+    )
+    yield fig(
+        "drafter.md",
+        "more tokens/s than the head alone ({}\n  against {} on the conversations)",
+        (live_drafter("dev", "hybrid", "tokens_per_s"), F1),
+        (live_drafter("dev", "eagle3", "tokens_per_s"), F1),
+    )
+    yield fig(
+        "drafter.md",
+        "fewer than the index alone ({}) and\n  than vLLM's suffix method ({}x)",
+        (live_drafter("dev", OURS, "tokens_per_s"), F1),
+        (live_drafter("dev", "hybrid", "vs_vllm_suffix"), F2),
+    )
+    yield fig(
+        "drafter.md", "slower than no\n  speculation at all ({}x)", (live_drafter("dev", "eagle3", "vs_none"), F2)
+    )
+    yield fig(
+        "drafter.md",
+        "trained for 150 steps on {} output tokens",
+        (Get(DRAFTER_TRAIN, ("result", "output_tokens")), ",.0f"),
     )
 
     # engine.md: what a drafter's pass costs beside the real model's step
@@ -918,6 +981,68 @@ def table_live(results: Results) -> str:
     return "\n".join(lines) + "\n" + note + _from(LIVE)
 
 
+def trained(field: str, *rest: Any, head: str = "trained") -> Get:
+    """agentspec train-drafter's held-out score of the ``trained`` (or ``untrained``) head."""
+    return Get(DRAFTER_TRAIN, ("result", head, field, *rest))
+
+
+def table_drafter_train(results: Results) -> str:
+    """docs/drafter.md: the held-out score of the head before and after training."""
+    data = results.json(DRAFTER_TRAIN)
+    r = data["result"]
+    lines = _header(
+        "head", "pass 1", "pass 2", "pass 3", "pass 1, the index's hard steps", "accepted per 3-draft chain"
+    )
+    for name in ("untrained", "trained"):
+        score = r[name]
+        lines.append(
+            _row(
+                [name, *(f"{a:.3f}" for a in score["acceptance"]), f"{score['hard_acceptance']:.3f}",
+                 f"{score['chain_accepted']:.3f}"]
+            )
+        )  # fmt: skip
+    held = r["untrained"]
+    note = (
+        f"\n*Held out: {r['held_out_examples']} calls, {held['tokens']:,} output tokens ({held['hard_tokens']:,} on the"
+        f" index's hard steps). Trained on {r['train_examples']} calls ({r['output_tokens']:,} output tokens,"
+        f" {r['hard_tokens']:,} of them on hard steps) for {r['steps']} steps in {data['wall_s'] / 60:.0f} min on"
+        f" {data['cpus']} CPU cores, {data['note']}.*"
+    )
+    return "\n".join(lines) + "\n" + note + _from(DRAFTER_TRAIN)
+
+
+def live_drafter(workload: str, server: str, field: str) -> Get:
+    """benchmarks/live_bench.py with the trained head (one run: the median is the run)."""
+    return Get(LIVE_DRAFTER, ("summary", workload, server, field, 0))
+
+
+def table_live_drafter(results: Results) -> str:
+    """docs/drafter.md: the hybrid with a trained head, live on the real model."""
+    data = results.json(LIVE_DRAFTER)
+    lines = _header(
+        "workload", "server", "tokens/s", "vs vllm-suffix", "vs none", "AL", "acceptance", "drafter's share",
+        "passes skipped",
+    )  # fmt: skip
+
+    def cell(value: Any, spec: str) -> str:
+        return "-" if value is None else f"{value[0]:{spec}}"
+
+    for workload, servers in data["summary"].items():
+        for server, row in servers.items():
+            lines.append(
+                _row(
+                    [workload, server, cell(row["tokens_per_s"], ".1f"), cell(row["vs_vllm_suffix"], ".2f"),
+                     cell(row["vs_none"], ".2f"), cell(row["al"], ".2f"),
+                     cell(row["acceptance"], ".3f") if server != "none" else "-",
+                     cell(row.get("model_share_recovered"), ".3f"), cell(row.get("drafter_skip_share"), ".3f")]
+                )
+            )  # fmt: skip
+    size = {w: next(iter(s.values())) for w, s in data["summary"].items()}
+    sizes = "; ".join(f"{w}: {r['calls']} calls, {r['output_tokens']:,} output tokens" for w, r in size.items())
+    note = f"\n*One run on {data['cpus']} CPU cores, one server at a time; per server, {sizes}.*"
+    return "\n".join(lines) + "\n" + note + _from(LIVE_DRAFTER)
+
+
 def drafter_pass(name: str) -> Get:
     """benchmarks/drafter_cost.py: one pass's cost over the target's step."""
     return Get(DRAFTER_COST, ("rows", {"pass": name}, "vs_target_step"))
@@ -1099,6 +1224,8 @@ def table_rl_epochs(results: Results) -> str:
 
 TABLES: dict[str, Callable[[Results], str]] = {
     "drafter-cost-smollm2-cpu": table_drafter_cost,
+    "drafter-train-smollm2-cpu": table_drafter_train,
+    "live-drafter-smollm2-cpu": table_live_drafter,
     "dev-hybrid-share": table_hybrid_share,
     "dev-policy-sweep": table_policy_sweep,
     "dev-chooser-fit": table_chooser_fit,
