@@ -74,8 +74,9 @@ from agentspec.testing.stats import metric_value, scrape, session_stats
 
 SERVERS = ("none", "vllm-ngram", "vllm-suffix", "agentspec")
 #: Servers with a trained drafter (``--drafter``, an EAGLE-3 head from ``agentspec
-#: train-drafter``): vLLM's ``eagle3`` method with the head alone, and agentspec's hybrid.
-DRAFTER_SERVERS = ("eagle3", "hybrid")
+#: train-drafter``): vLLM's ``eagle3`` method with the head alone, and agentspec's hybrid by
+#: its own rule and by Arctic Inference's (``--agentspec-drafter-rule score``).
+DRAFTER_SERVERS = ("eagle3", "hybrid", "hybrid-arctic")
 #: Tokens the drafter drafts per step on those servers.
 DRAFTER_TOKENS = 3
 WORKLOADS = ("dev", "loop", "rl")
@@ -97,6 +98,7 @@ SPEC_CONFIGS: dict[str, dict[str, Any] | None] = {
     "vllm-suffix": {"method": "suffix"},
     "agentspec": None,
     "hybrid": None,
+    "hybrid-arctic": None,
 }
 #: 1 GiB of KV cache: ~23k tokens of the real model in float32, for the sessions in flight.
 KV_CACHE_BYTES = 2**30
@@ -546,9 +548,10 @@ def launch(method: str, model: Path, log_dir: Path, drafter: Path | None = None)
     if spec is not None:
         args += ["--speculative-config", json.dumps(spec)]
     common: dict[str, Any] = {"extra_args": args, "log_dir": log_dir, "kv_cache_bytes": KV_CACHE_BYTES, "name": method}
-    if method == "hybrid":
+    if method in ("hybrid", "hybrid-arctic"):
         assert drafter is not None
-        head = DrafterSettings(model=str(drafter), num_tokens=DRAFTER_TOKENS, method="eagle3")
+        rule = "score" if method == "hybrid-arctic" else "expected"
+        head = DrafterSettings(model=str(drafter), num_tokens=DRAFTER_TOKENS, method="eagle3", rule=rule)
         # No step log: it records the index's drafts alone.
         return VLLMServer.launch(model, settings=EngineSettings(drafter=head), **common), None
     if method != "agentspec":
@@ -637,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--servers",
         default=",".join(SERVERS),
-        help=f"comma-separated, of {', '.join(SERVERS + DRAFTER_SERVERS)} (the last two need --drafter)",
+        help=f"comma-separated, of {', '.join(SERVERS + DRAFTER_SERVERS)} (the last three need --drafter)",
     )
     p.add_argument("--drafter", type=Path, help="an EAGLE-3 head (agentspec train-drafter) for eagle3 and hybrid")
     p.add_argument("--transcripts", type=Path, help="append every call answered, as trajectories, to this file")
@@ -667,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown := sorted(set(given) - set(known)):
             p.error(f"unknown {what}: {', '.join(unknown)} (choose from {', '.join(known)})")
     if set(methods) & set(DRAFTER_SERVERS) and (args.drafter is None or not (args.drafter / "config.json").is_file()):
-        p.error("--drafter: servers eagle3 and hybrid need a head folder (agentspec train-drafter's --out)")
+        p.error(f"--drafter: servers {', '.join(DRAFTER_SERVERS)} need a head folder (agentspec train-drafter's --out)")
     data = args.data or bundled_data()
     if "dev" in workloads and not data.exists():
         p.error(f"--data: no such file: {data}")

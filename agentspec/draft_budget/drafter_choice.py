@@ -3,7 +3,9 @@
 Two drafters can propose for a step: the session draft index (a suffix draft, free to
 produce) and a model drafter (a small draft model, which costs forward passes). A request
 takes the index's draft when the tokens it is expected to deliver are at least what the
-model drafter is expected to deliver; otherwise the model drafter's (:func:`choose`).
+model drafter is expected to deliver; otherwise the model drafter's (:func:`choose`, the
+default rule). Arctic Inference's rule, selectable for comparison, takes the index's draft
+when its score reaches the model drafter's draft length (:func:`choose_by_score`).
 
 - The index's expectation is its draft's score (the sum of the tokens' estimated
   probabilities) times the level's calibration weight, as the index itself ranks drafts.
@@ -21,7 +23,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
-__all__ = ["DraftPath", "ModelDrafterEstimate", "choose", "model_runs"]
+__all__ = ["DraftPath", "ModelDrafterEstimate", "choose", "choose_by_score", "model_runs"]
 
 
 class DraftPath(str, enum.Enum):
@@ -87,6 +89,18 @@ def choose(suffix_tokens: int, suffix_expected: float, model_tokens: int, model_
     The index's draft wins ties: it costs nothing to produce.
     """
     if suffix_tokens > 0 and (model_tokens <= 0 or suffix_expected >= model_expected):
+        return DraftPath.SUFFIX
+    if model_tokens > 0:
+        return DraftPath.MODEL
+    return DraftPath.NONE
+
+
+def choose_by_score(suffix_tokens: int, suffix_score: float, model_tokens: int) -> DraftPath:
+    """The path by Arctic Inference's hybrid rule: the index's draft when its score (the
+    sum of its tokens' estimated probabilities, uncalibrated) reaches the model drafter's
+    draft length ``model_tokens``, else the model's. What the model drafter has delivered
+    does not enter."""
+    if suffix_tokens > 0 and (model_tokens <= 0 or suffix_score >= model_tokens):
         return DraftPath.SUFFIX
     if model_tokens > 0:
         return DraftPath.MODEL

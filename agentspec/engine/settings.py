@@ -60,6 +60,15 @@ class DrafterSettings(BaseModel):
         description="vLLM's method for the drafter: draft_model (a small model) or eagle / eagle3 (an EAGLE head).",
         json_schema_extra=cli("drafter-method"),
     )
+    rule: Literal["expected", "score"] = Field(
+        "expected",
+        description=(
+            "How a request's step picks its drafter: expected (the index's draft when its calibrated expected"
+            " accepted tokens reach the drafter's, measured online) or score (the index's draft when its score"
+            " reaches the drafter's draft length, Arctic Inference's rule)."
+        ),
+        json_schema_extra=cli("drafter-rule"),
+    )
 
 
 class EngineSettings(BaseModel):

@@ -92,7 +92,7 @@ def test_plain_server_has_no_drafts(plain_real_server: VLLMServer, tmp_path: Pat
         (["--servers", "none,eagle"], "unknown servers: eagle"),
         (["--workloads", "dev,nope"], "unknown workloads: nope"),
         (["--data", "no-such-file.jsonl"], "no such file"),
-        (["--servers", "none,hybrid"], "--drafter: servers eagle3 and hybrid need a head folder"),
+        (["--servers", "none,hybrid"], "--drafter: servers eagle3, hybrid, hybrid-arctic need a head folder"),
     ],
 )
 def test_bad_options_are_one_line(

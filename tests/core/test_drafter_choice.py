@@ -61,3 +61,18 @@ def test_choose() -> None:
     assert choose(0, 0.0, 0, 0.0) is DraftPath.NONE
     assert not model_runs([DraftPath.SUFFIX, DraftPath.NONE])
     assert model_runs([DraftPath.SUFFIX, DraftPath.MODEL])
+
+
+def test_choose_by_score_is_arctics_rule() -> None:
+    """The index's draft when its score reaches the drafter's length; its calibration and
+    the drafter's measured acceptance do not enter."""
+    from agentspec.draft_budget.drafter_choice import choose_by_score
+
+    assert choose_by_score(8, 4.0, 4) is DraftPath.SUFFIX  # reaches the drafter's length
+    assert choose_by_score(8, 3.9, 4) is DraftPath.MODEL
+    assert choose_by_score(2, 1.8, 0) is DraftPath.SUFFIX  # the model may not draft
+    assert choose_by_score(0, 0.0, 4) is DraftPath.MODEL
+    assert choose_by_score(0, 0.0, 0) is DraftPath.NONE
+    # Where the two rules part: a short, likely draft against a drafter expected to deliver little.
+    assert choose(2, 1.8, 4, 1.0) is DraftPath.SUFFIX
+    assert choose_by_score(2, 1.8, 4) is DraftPath.MODEL

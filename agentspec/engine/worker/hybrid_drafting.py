@@ -52,7 +52,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agentspec.draft_budget.drafter_choice import DraftPath, ModelDrafterEstimate, choose, model_runs
+from agentspec.draft_budget.drafter_choice import (
+    DraftPath,
+    ModelDrafterEstimate,
+    choose,
+    choose_by_score,
+    model_runs,
+)
 from agentspec.engine.settings import EngineSettings
 from agentspec.engine.worker.drafting import SessionDrafting
 from agentspec.errors import DraftIndexError
@@ -106,6 +112,15 @@ class HybridDrafting(SessionDrafting):
 
     # ------------------------------------------------------------------ vLLM's proposer interface
 
+    def _choose(
+        self, index_len: int, draft: Draft | None, expected: float, model_len: int, model_expected: float
+    ) -> DraftPath:
+        """The request's path by the configured rule (``drafter.rule``)."""
+        drafter = self.settings.drafter
+        if drafter is not None and drafter.rule == "score":
+            return choose_by_score(index_len, draft.score if draft is not None else 0.0, model_len)
+        return choose(index_len, expected, model_len, model_expected)
+
     def propose(self, num_speculative_tokens: int, **kwargs: Any) -> list[list[int]]:  # type: ignore[override]
         """Draft for every request of the step: the index's draft or the model's."""
         if self._step is None:
@@ -138,7 +153,7 @@ class HybridDrafting(SessionDrafting):
                 spec = self.driver.spec(req_id)
                 expected = self.index.expected_accepted(draft, spec.tenant if spec is not None else "")
             model_len = max(0, min(model_cap, room)) if self.driver.may_draft(req_id) else 0
-            path = choose(index_len, expected, model_len, model_expected)
+            path = self._choose(index_len, draft, expected, model_len, model_expected)
             if path is not DraftPath.SUFFIX and index_len:
                 self.driver.withdraw(req_id)
             suffix.append(draft)
