@@ -11,8 +11,7 @@ set, else into the session's temporary folder), one session fixture per server k
 
 - ``agentspec_server``, ``plain_server``, ``agentspec_peer_server``,
   ``agentspec_secured_server``, ``agentspec_hybrid_server``,
-  ``agentspec_hybrid_sampled_server``, ``agentspec_hybrid_eagle3_sampled_server``,
-  ``agentspec_spare_server`` (a test may kill it);
+  ``agentspec_hybrid_sampled_server``, ``agentspec_spare_server`` (a test may kill it);
 - ``agentspec_fleet_servers`` (the two Redis replicas) and ``redis_exchange`` (their
   ``redis-server``),
 - ``agentspec_real_server`` and ``plain_real_server``: ``agentspec serve`` and plain vLLM
@@ -136,7 +135,6 @@ agentspec_peer_server = server_fixture(SERVER_KINDS["peer"])
 agentspec_secured_server = server_fixture(SERVER_KINDS["secured"])
 agentspec_hybrid_server = server_fixture(SERVER_KINDS["hybrid"])
 agentspec_hybrid_sampled_server = server_fixture(SERVER_KINDS["hybrid-sampled"])
-agentspec_hybrid_eagle3_sampled_server = server_fixture(SERVER_KINDS["hybrid-eagle3-sampled"])
 agentspec_spare_server = server_fixture(SERVER_KINDS["spare"])
 agentspec_fleet_servers = server_fixture(
     *(SERVER_KINDS[r] for r in FLEET), doc="The Redis replicas " + ", ".join(FLEET)

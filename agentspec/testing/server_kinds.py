@@ -171,18 +171,6 @@ SERVER_KINDS: dict[str, ServerKind] = {
         ),
         ServerKind(
             "hybrid-sampled",
-            "``agentspec serve --agentspec-drafter`` with the tiny model's two-layer draft model, "
-            "whose drafts vLLM samples (``draft_sample_method: probabilistic``)",
-            lambda c: EngineSettings(
-                index=TEST_INDEX_CONFIG,
-                drafter=DrafterSettings(
-                    model=str(build_with_server_python("build_tiny_drafter", c.model_dir)), num_tokens=4
-                ),
-            ),
-            extra_args=("--speculative-config", '{"draft_sample_method": "probabilistic"}'),
-        ),
-        ServerKind(
-            "hybrid-eagle3-sampled",
             "``agentspec serve --agentspec-drafter`` with an EAGLE-3 head in train-drafter's layout (a reduced "
             "draft vocabulary mapped by ``d2t``), whose drafts vLLM samples (``draft_sample_method: probabilistic``)",
             lambda c: EngineSettings(

@@ -186,12 +186,14 @@ def test_sampled_outputs_keep_the_targets_distribution(agentspec_real_server, pl
 def test_negative_control_the_check_fails_without_the_sampler_fix(suffix_real_server, plain_samples) -> None:
     """The check above can fail: vLLM 0.32's own suffix method on the CPU, which runs without
     agentspec's fix of its rejection sampler (agentspec.engine.vllm.fixes: verified positions
-    get an arbitrary temperature), fails it on the same prompt at most compared positions."""
+    get an arbitrary temperature), fails it on the same prompt. The check fails when any
+    compared position does; how many do varies between runs (one of three in some), as the
+    positions the suffix method drafts at vary with what its global corpus holds."""
     drafted0, _ = _spec_counts(suffix_real_server.url)
     theirs = _sampled(suffix_real_server.url)
     assert _spec_counts(suffix_real_server.url)[0] - drafted0 > 300  # it drafted, as agentspec did
     failing = {pos: d for pos, (d, p) in _p_values(theirs, plain_samples).items() if p <= 0.001}
-    assert len(failing) >= 2, f"vLLM's unfixed sampler passed the check: {failing}"
+    assert failing, "vLLM's unfixed sampler passed the check"
 
 
 # ---------------------------------------------------------------------- the build (no server)
