@@ -1,6 +1,6 @@
 """How much AL a better choice among the index's drafts could add, measured in hindsight.
 
-    python benchmarks/choice_headroom.py --data trajectories-dev.jsonl.gz [--limit 40] [--jobs 1]
+    python benchmarks/choice_headroom.py --data data/trajectories-dev.jsonl.gz [--limit 40] [--jobs 1]
 
 At every decoding step the index drafts from each level that holds text (the call's
 stream, the session's seeds, the group, the global corpus) and keeps the draft with the

@@ -1,6 +1,6 @@
 """A fitted draft chooser against the index's calibrated score, on steps it was not fitted on.
 
-    python benchmarks/chooser_fit.py --data trajectories-dev.jsonl.gz [--limit 40] [--record-every 4] [--json FILE]
+    python benchmarks/chooser_fit.py --data data/trajectories-dev.jsonl.gz [--limit 40] [--record-every 4] [--json FILE]
 
 Each source's trajectories are split in two by a hash of their group (or, without one, of
 the trajectory), so that sibling samples stay on one side:

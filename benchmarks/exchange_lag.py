@@ -1,6 +1,6 @@
 """What the replica exchange is worth when it delivers late.
 
-    python benchmarks/exchange_lag.py --data trajectories-dev.jsonl.gz [--limit N] [--jobs 2]
+    python benchmarks/exchange_lag.py --data data/trajectories-dev.jsonl.gz [--limit N] [--jobs 2]
         [--lags 0,8,64]
 
 A real exchange delivers an output a poll interval and a network hop after its call ended

@@ -1,6 +1,6 @@
 """What hybrid drafting could add: the steps the draft index has no confident draft for.
 
-    python benchmarks/hybrid_share.py --data trajectories-dev.jsonl.gz [--limit N] [--jobs 1]
+    python benchmarks/hybrid_share.py --data data/trajectories-dev.jsonl.gz [--limit N] [--jobs 1]
 
 With a model drafter beside it (``agentspec serve --agentspec-drafter MODEL``), the server
 takes the index's draft for a step when its expected accepted tokens

@@ -1,6 +1,6 @@
 """Where the draft index's time per call goes, against vLLM's suffix method, on one source.
 
-    python benchmarks/index_cost.py --data trajectories-dev.jsonl.gz [--source mini_swe_agent] [--limit 4]
+    python benchmarks/index_cost.py --data data/trajectories-dev.jsonl.gz [--source mini_swe_agent] [--limit 4]
 
 1. Index time per call (everything but drafting: start, every step's new tokens, finish),
    agentspec at several tree depths and vllm-suffix (vLLM's defaults), replayed on the same

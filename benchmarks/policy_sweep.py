@@ -1,6 +1,6 @@
 """Sweep the draft policy on a recorded trajectory set: AL and acceptance against vLLM's suffix.
 
-    python benchmarks/policy_sweep.py --data trajectories-dev.jsonl.gz --limit 20 [--json FILE]
+    python benchmarks/policy_sweep.py --data data/trajectories-dev.jsonl.gz --limit 20 [--json FILE]
 
 vllm-suffix (vLLM's defaults) is replayed once; every policy in POLICIES is replayed through
 the agentspec proposer on the same calls (one server). Prints, per policy, the AL ratio

@@ -1,6 +1,6 @@
 """The draft index's targets on a recorded trajectory set, in one run.
 
-    python benchmarks/replay_targets.py --data trajectories-dev.jsonl.gz [--limit N] [--jobs 2]
+    python benchmarks/replay_targets.py --data data/trajectories-dev.jsonl.gz [--limit N] [--jobs 2]
 
 Replays every call through vLLM's suffix method (as vLLM 0.32 drives it, vLLM's defaults)
 and through agentspec, and prints agentspec / vllm-suffix ratios:

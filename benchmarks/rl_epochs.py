@@ -1,6 +1,6 @@
 """RL epochs: the same prompts sampled again, with the last epoch's outputs kept or retired.
 
-    python benchmarks/rl_epochs.py --data trajectories-dev.jsonl.gz [--sources codet,tot] [--limit N]
+    python benchmarks/rl_epochs.py --data data/trajectories-dev.jsonl.gz [--sources codet,tot] [--limit N]
         [--arms vllm-suffix,kept,retired] [--json FILE]
 
 Each source's recorded sibling groups (GRPO-like: several samples of one prompt) are

@@ -1,6 +1,6 @@
 """RL groups on a fleet: the rollout client's pinning vs spreading a group's samples.
 
-    python benchmarks/rl_routing.py --data trajectories-dev.jsonl.gz [--sources codet,tot]
+    python benchmarks/rl_routing.py --data data/trajectories-dev.jsonl.gz [--sources codet,tot]
         [--replicas 8] [--exchange] [--limit N] [--proposers agentspec,vllm-suffix] [--json FILE]
 
 Each source's recorded sibling groups (GRPO-like: several samples of one prompt) are

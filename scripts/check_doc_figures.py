@@ -70,14 +70,14 @@ RL_EPOCHS = "dev-rl-epochs.json"
 #: The command that wrote each file (run from the repository's root; a ``.json.gz`` is the
 #: ``.json`` it wrote, compressed by ``gzip -9n``).
 COMMANDS: dict[str, str] = {
-    TARGETS: "python benchmarks/replay_targets.py --data trajectories-dev.jsonl.gz --json dev-replay-targets.json",
+    TARGETS: "python benchmarks/replay_targets.py --data data/trajectories-dev.jsonl.gz --json dev-replay-targets.json",
     LOCKSTEP: (
-        "agentspec bench --data trajectories-dev.jsonl.gz --proposers vllm-suffix,agentspec --lockstep"
+        "agentspec bench --data data/trajectories-dev.jsonl.gz --proposers vllm-suffix,agentspec --lockstep"
         " --json dev-lockstep.json"
     ),
     **{
         lag: (
-            "agentspec bench --data trajectories-dev.jsonl.gz --proposers agentspec --replicas 8 --routing group"
+            "agentspec bench --data data/trajectories-dev.jsonl.gz --proposers agentspec --replicas 8 --routing group"
             f" --exchange --exchange-lag {n} --json {lag.removesuffix('.gz')}"
         )
         for n, lag in ((8, LAG8), (64, LAG64))
@@ -92,7 +92,7 @@ COMMANDS: dict[str, str] = {
         "agentspec train-drafter .cache/real-model/smollm2-135m-instruct-b179c9523d0e-v1 --data own.jsonl"
         " --out own-head --steps 150 --draft-vocab 8192 --max-tokens 384 --eval-fraction 0.12"
         " (own.jsonl: python benchmarks/live_bench.py --cache-dir .cache/real-model --servers none"
-        " --data trajectories-dev.jsonl.gz --exclude agentspec/replay/data/slice.jsonl.gz --workloads dev"
+        " --data data/trajectories-dev.jsonl.gz --exclude agentspec/replay/data/slice.jsonl.gz --workloads dev"
         " --sessions 48 --turns 3 --max-tokens 128 --runs 1 --transcripts own.jsonl); its training.json"
     ),
     LIVE_DRAFTER: (
@@ -101,19 +101,24 @@ COMMANDS: dict[str, str] = {
         " --json live-drafter-smollm2-cpu.json"
     ),
     HYBRID_SHARE: (
-        "python benchmarks/hybrid_share.py --data trajectories-dev.jsonl.gz --jobs 1 --json dev-hybrid-share.json"
+        "python benchmarks/hybrid_share.py --data data/trajectories-dev.jsonl.gz --jobs 1 --json dev-hybrid-share.json"
     ),
-    SWEEP: "python benchmarks/policy_sweep.py --data trajectories-dev.jsonl.gz --limit 20 --json dev-policy-sweep.json",
-    CHOOSER: "python benchmarks/chooser_fit.py --data trajectories-dev.jsonl.gz --limit 30 --json dev-chooser-fit.json",
+    SWEEP: (
+        "python benchmarks/policy_sweep.py --data data/trajectories-dev.jsonl.gz --limit 20"
+        " --json dev-policy-sweep.json"
+    ),
+    CHOOSER: (
+        "python benchmarks/chooser_fit.py --data data/trajectories-dev.jsonl.gz --limit 30 --json dev-chooser-fit.json"
+    ),
     RL_ROUTING_60: (
-        "python benchmarks/rl_routing.py --data trajectories-dev.jsonl.gz --limit 60 --json dev-rl-routing-60.json"
+        "python benchmarks/rl_routing.py --data data/trajectories-dev.jsonl.gz --limit 60 --json dev-rl-routing-60.json"
     ),
     RL_ROUTING_60_EXCHANGE: (
-        "python benchmarks/rl_routing.py --data trajectories-dev.jsonl.gz --limit 60 --exchange"
+        "python benchmarks/rl_routing.py --data data/trajectories-dev.jsonl.gz --limit 60 --exchange"
         " --json dev-rl-routing-60-exchange.json"
     ),
-    RL_ROUTING: "python benchmarks/rl_routing.py --data trajectories-dev.jsonl.gz --json dev-rl-routing.json",
-    RL_EPOCHS: "python benchmarks/rl_epochs.py --data trajectories-dev.jsonl.gz --json dev-rl-epochs.json",
+    RL_ROUTING: "python benchmarks/rl_routing.py --data data/trajectories-dev.jsonl.gz --json dev-rl-routing.json",
+    RL_EPOCHS: "python benchmarks/rl_epochs.py --data data/trajectories-dev.jsonl.gz --json dev-rl-epochs.json",
 }
 
 TABLE_MARKER = re.compile(r"<!-- agentspec:table ([\w.-]+) -->")
