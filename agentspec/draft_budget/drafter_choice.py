@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
+from typing import Literal
 
-__all__ = ["DraftPath", "ModelDrafterEstimate", "choose", "choose_by_score", "model_runs"]
+__all__ = ["DraftPath", "HybridRule", "ModelDrafterEstimate", "choose", "choose_by_score", "model_runs"]
 
 
 class DraftPath(str, enum.Enum):
@@ -110,3 +111,38 @@ def choose_by_score(suffix_tokens: int, suffix_score: float, model_tokens: int) 
 def model_runs(paths: Iterable[DraftPath]) -> bool:
     """Whether a step needs the model drafter's draft passes: some request chose it."""
     return any(path is DraftPath.MODEL for path in paths)
+
+
+class HybridRule:
+    """One engine's choice between the index and the model drafter, step after step: the
+    configured rule (``"expected"``: :func:`choose`; ``"score"``: :func:`choose_by_score`)
+    and the online estimate the default rule reads, fed with the model drafts' outcomes.
+
+    The vLLM proposer (:mod:`agentspec.engine.worker.hybrid_drafting`) and the replay's
+    hybrid (:mod:`agentspec.replay.model_drafting`) both decide through it.
+    """
+
+    def __init__(
+        self, rule: Literal["expected", "score"] = "expected", estimate: ModelDrafterEstimate | None = None
+    ) -> None:
+        if rule not in ("expected", "score"):
+            raise ValueError(f"unknown hybrid rule {rule!r}; use expected or score")
+        self.rule = rule
+        self.estimate = estimate if estimate is not None else ModelDrafterEstimate()
+
+    def model_expected(self, model_cap: int) -> float:
+        """What a model draft of ``model_cap`` tokens is expected to deliver now."""
+        return self.estimate.expected_accepted(model_cap)
+
+    def choose(
+        self, suffix_tokens: int, suffix_score: float, suffix_expected: float, model_tokens: int, model_expected: float
+    ) -> DraftPath:
+        """The path for one request and step (arguments as :func:`choose`'s, plus the index
+        draft's uncalibrated ``suffix_score`` for the score rule)."""
+        if self.rule == "score":
+            return choose_by_score(suffix_tokens, suffix_score, model_tokens)
+        return choose(suffix_tokens, suffix_expected, model_tokens, model_expected)
+
+    def observe_model(self, drafted: int, accepted: int) -> None:
+        """The target accepted ``accepted`` of a model draft of ``drafted`` tokens."""
+        self.estimate.observe(drafted, accepted)

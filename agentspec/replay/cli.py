@@ -14,7 +14,7 @@ from agentspec._extras import missing_message
 from agentspec.index.policy import DraftPolicy
 from agentspec.replay.config import DEFAULT_PROPOSERS, ReplayConfig, parse_routing
 from agentspec.replay.cost import CostModel
-from agentspec.replay.settings import ProposerSettings
+from agentspec.replay.settings import DrafterReplaySettings, ProposerSettings
 
 # The options above import without the ``bench`` extra (so ``agentspec --help`` and
 # ``agentspec bench --help`` work in the base install); the benchmark itself is imported
@@ -36,6 +36,37 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
+#: What a replay with a trained drafter compares by default.
+DRAFTER_PROPOSERS = ("none", "vllm-suffix", "drafter", "agentspec", "agentspec-hybrid")
+
+
+def _drafter_settings(
+    drafter: Path | None, target: Path | None, tokens: int, rule: str, device: str
+) -> DrafterReplaySettings | None:
+    """The drafter's settings, checked from its files alone (before torch is imported)."""
+    if drafter is None:
+        if target is not None:
+            _fail("--target is the model a --drafter drafts for: give --drafter DIR too")
+        return None
+    if target is None:
+        _fail("--drafter needs --target DIR: the head drafts from that model's hidden states")
+    for option, folder in (("--drafter", drafter), ("--target", target)):
+        if not folder.is_dir():
+            _fail(f"{option}: no such folder: {folder}")
+    if rule not in ("expected", "score"):
+        _fail(f"--drafter-rule: 'expected' or 'score', got {rule!r}")
+    from agentspec.training.head_files import check_pair
+
+    try:
+        check_pair(drafter, target)
+    except ValueError as e:
+        _fail(f"--drafter: {e}")
+    if (missing := missing_message("train")) is not None:
+        typer.echo(f"error: agentspec bench: --drafter: {missing}", err=True)
+        raise typer.Exit(1)
+    return DrafterReplaySettings(head=drafter, target=target, tokens=tokens, rule=rule, device=device)  # type: ignore[arg-type]
+
+
 def bench(
     data: Annotated[
         Path | None,
@@ -44,7 +75,13 @@ def bench(
     sources: Annotated[str | None, typer.Option(help="Comma list of sources (default: all).")] = None,
     # Counts show as N (typer's own label for a bounded int reads "<int range>").
     limit: Annotated[int | None, typer.Option(help="At most N trajectories per source.", min=1, metavar="N")] = None,
-    proposers: Annotated[str, typer.Option(help="Comma list of proposers to compare.")] = ",".join(DEFAULT_PROPOSERS),
+    proposers: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Comma list of proposers to compare (default: {','.join(DEFAULT_PROPOSERS)}; with --drafter:"
+            f" {','.join(DRAFTER_PROPOSERS)})."
+        ),
+    ] = None,
     replicas: Annotated[int, typer.Option(help="Simulated servers, each with its own index.", min=1, metavar="N")] = 1,
     routing: Annotated[
         str,
@@ -147,6 +184,42 @@ def bench(
             " (docs/bench.md).",
         ),
     ] = False,
+    drafter: Annotated[
+        Path | None,
+        typer.Option(
+            help="A trained EAGLE-3 head (agentspec train-drafter's output) for the proposers 'drafter' (the"
+            " head alone) and 'agentspec-hybrid' (the index with the head beside it); the calls are replayed in"
+            " the target's tokens. Needs --target.",
+            metavar="DIR",
+            file_okay=False,
+        ),
+    ] = None,
+    target: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --drafter: the target model's folder the head drafts for.", metavar="DIR", file_okay=False
+        ),
+    ] = None,
+    drafter_tokens: Annotated[
+        int, typer.Option(help="With --drafter: tokens the head drafts per step.", min=1, max=16, metavar="N")
+    ] = 3,
+    drafter_rule: Annotated[
+        str,
+        typer.Option(
+            help="With --drafter: the hybrid's rule, 'expected' (agentspec's) or 'score' (Arctic Inference's).",
+            metavar="RULE",
+        ),
+    ] = "expected",
+    device: Annotated[str, typer.Option(help="With --drafter: where the target and head run (cpu, cuda:0).")] = "cpu",
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(
+            help="Replay in this Hugging Face tokenizer's tokens (a model folder). Default: Qwen2.5's, or"
+            " --target's with --drafter.",
+            metavar="DIR",
+            file_okay=False,
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.", metavar="")] = False,
 ) -> None:
     """Replay recorded agent trajectories through draft proposers and compare them."""
@@ -160,6 +233,11 @@ def bench(
     # vLLM's n-gram function): a mistake is reported at once.
     if data is not None and not data.is_file():
         _fail(f"--data: no such file: {data}")
+    drafter_settings = _drafter_settings(drafter, target, drafter_tokens, drafter_rule, device)
+    if tokenizer is not None and not tokenizer.is_dir():
+        _fail(f"--tokenizer: no such folder: {tokenizer}")
+    if proposers is None:
+        proposers = ",".join(DRAFTER_PROPOSERS if drafter_settings is not None else DEFAULT_PROPOSERS)
     try:
         speeds = [parse_speed_model(spec) for spec in speed_model or ()]
         default_routing, per_proposer = (None, {}) if routing == "auto" else parse_routing(routing)
@@ -179,6 +257,7 @@ def bench(
             lockstep=lockstep,
             jobs=jobs,
             cache_dir=cache_dir,
+            tokenizer=tokenizer,
             baseline=baseline,
             proposer_settings=ProposerSettings(
                 ngram_k=ngram_k,
@@ -186,6 +265,7 @@ def bench(
                 ngram_max=ngram_max,
                 ngram_impl=ngram_impl,  # type: ignore[arg-type]
                 agentspec_policy=DraftPolicy.model_validate_json(agentspec_policy) if agentspec_policy else None,
+                drafter=drafter_settings,
             ),
             cost=CostModel(step_ms=step_ms, draft_token_ms=draft_token_ms),
         )
@@ -210,6 +290,13 @@ def bench(
         write_plot,
     )
     from agentspec.replay.run import run_replay
+
+    if drafter_settings is not None:
+        # The command's own bars say what happens; not one per file transformers loads.
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+        transformers_logging.set_verbosity_error()
 
     def make_progress() -> Progress:
         return Progress(

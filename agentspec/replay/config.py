@@ -12,7 +12,7 @@ from agentspec.replay.settings import ProposerSettings
 
 DEFAULT_PROPOSERS = ("none", "vllm-ngram", "vllm-suffix", "agentspec", "oracle")
 #: Proposers whose state spans calls and that are pinned by group by default.
-SESSION_AWARE = frozenset({"agentspec", "oracle"})
+SESSION_AWARE = frozenset({"agentspec", "agentspec-hybrid", "oracle"})
 
 
 class Routing(str, Enum):
@@ -76,6 +76,9 @@ class ReplayConfig(BaseModel):
     #: Sources replayed in parallel processes.
     jobs: int = Field(default=1, ge=1)
     cache_dir: Path | None = None
+    #: A Hugging Face tokenizer's folder to replay in (None: Qwen2.5's tokenizer, or the
+    #: drafter's target's when a drafter is given: a drafter drafts in its target's tokens).
+    tokenizer: Path | None = None
     #: Ratios in reports are relative to this proposer, one of ``proposers``
     #: (default: vllm-suffix when it runs, else the first proposer).
     baseline: str = "vllm-suffix"
@@ -119,6 +122,13 @@ class ReplayConfig(BaseModel):
         if unknown:
             raise ValueError(f"routing given for proposers not run: {sorted(unknown)}")
         return self
+
+    def tokenizer_folder(self) -> Path | None:
+        """The tokenizer the calls are replayed in (see ``tokenizer``)."""
+        if self.tokenizer is not None:
+            return self.tokenizer
+        drafter = self.proposer_settings.drafter
+        return drafter.target if drafter is not None else None
 
     def data_path(self) -> Path:
         return self.data if self.data is not None else bundled_data()

@@ -12,7 +12,7 @@ A :data:`ProposerFactory` builds one proposer from :class:`ProposerSettings`; se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -105,6 +105,29 @@ class BatchAware(Protocol):
 
     def set_batch_size(self, requests: int) -> None:
         """``requests`` calls are in flight on this server in the coming step."""
+        ...
+
+
+@runtime_checkable
+class DraftsWholeCalls(Protocol):
+    """A proposer that computes a call's drafts for all its steps at once, from the recorded
+    output (a model drafter: one forward pass per call, not one per step). A step's draft
+    may differ from drafting at that step only past its first token that differs from the
+    recorded output, which verification never reads. The replay hands it the output after
+    ``begin_call``; the time it takes counts as proposing time."""
+
+    def take_output(self, call_id: str, output: np.ndarray) -> None:
+        """The call's recorded output (1-D int32)."""
+        ...
+
+
+@runtime_checkable
+class CountsSteps(Protocol):
+    """A proposer with counters of its own, reported beside the replay's (the hybrid's
+    choices between its drafters)."""
+
+    def counters(self) -> Mapping[str, int]:
+        """Counts since the proposer was made."""
         ...
 
 

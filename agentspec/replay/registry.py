@@ -2,7 +2,8 @@
 
 Three places, later ones overriding earlier ones:
 
-1. the built-in proposers: ``none``, ``vllm-ngram``, ``vllm-suffix``, ``agentspec``, ``oracle``;
+1. the built-in proposers: ``none``, ``vllm-ngram``, ``vllm-suffix``, ``agentspec``, ``oracle``,
+   and with a trained drafter (``ProposerSettings.drafter``) ``drafter`` and ``agentspec-hybrid``;
 2. factories other installed packages publish under the entry-point group
    ``agentspec.replay_proposers`` (so ``agentspec bench --proposers NAME`` finds them)::
 
@@ -29,6 +30,7 @@ ENTRY_POINT_GROUP = "agentspec.replay_proposers"
 def builtin_proposers() -> dict[str, ProposerFactory]:
     from agentspec.replay.baselines import make_none, make_oracle, make_vllm_ngram, make_vllm_suffix
     from agentspec.replay.driver_proposer import make_agentspec
+    from agentspec.replay.model_drafting import make_drafter_alone, make_hybrid
 
     return {
         "none": make_none,
@@ -36,6 +38,8 @@ def builtin_proposers() -> dict[str, ProposerFactory]:
         "vllm-suffix": make_vllm_suffix,
         "agentspec": make_agentspec,
         "oracle": make_oracle,
+        "drafter": make_drafter_alone,
+        "agentspec-hybrid": make_hybrid,
     }
 
 

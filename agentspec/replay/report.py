@@ -100,6 +100,24 @@ def print_report(result: ReplayResult, console: Console | None = None, baseline:
     console.print(
         f"{sum(result.trajectories.values())} trajectories, {calls:,} calls, replayed in {result.wall_s:.1f} s"
     )
+    for record in result.records:
+        if record.source == ALL and record.counters:
+            console.print(hybrid_line(record.proposer, record.counters))
+
+
+def hybrid_line(proposer: str, c: dict[str, int]) -> str:
+    """What a hybrid's choices delivered (its counters, summed over sources)."""
+    steps = c.get("drafter_runs", 0) + c.get("drafter_runs_skipped", 0)
+    hard = c.get("hard_step_tokens", 0)
+    drafted = c.get("model_draft_tokens", 0)
+    return (
+        f"{proposer}: model drafts on {c.get('model_drafts', 0):,} of {steps:,} steps"
+        f" (its passes skipped on {c.get('drafter_runs_skipped', 0) / steps if steps else 0:.1%}),"
+        f" {c.get('model_accepted_tokens', 0):,} of {drafted:,} model-drafted tokens accepted"
+        f" ({c.get('model_accepted_tokens', 0) / drafted if drafted else 0:.1%}); share recovered"
+        f" {c.get('hard_step_model_accepted_tokens', 0) / hard if hard else 0:.1%} (model-accepted tokens on the"
+        f" {c.get('hard_steps', 0):,} steps the index expected < 2, over the {hard:,} tokens those steps decoded)"
+    )
 
 
 def render_speed_table(table: SpeedTable, baseline: str = "vllm-suffix") -> Table:

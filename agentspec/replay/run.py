@@ -53,6 +53,8 @@ class Record(BaseModel):
     #: ``draft_outcomes`` under each probability cut of a model budget (agentspec.draft_budget.speed_budget),
     #: keyed by the cut; empty for proposers whose drafts carry no path probabilities.
     draft_outcomes_by_cut: dict[str, list[tuple[int, int, int]]] = {}
+    #: The proposer's own counters (the hybrid's: agentspec.replay.model_drafting.HYBRID_COUNTERS).
+    counters: dict[str, int] = {}
 
 
 class ReplayResult(BaseModel):
@@ -127,7 +129,7 @@ def replay_workloads(
 
 def _replay_cached_source(config: ReplayConfig, source: str, proposers: ExtraProposers) -> SourceResult:
     """One source, start to end, from the token cache (runs in a worker process)."""
-    cache = TokenCache(config.data_path(), config.cache_dir)
+    cache = TokenCache.with_tokenizer(config.data_path(), config.cache_dir, config.tokenizer_folder())
     wl = cache.load(source).workload(config.limit, config.window, config.seed_dropped)
     return replay_workloads(config, {source: wl}, proposers=proposers)[0]
 
@@ -149,7 +151,7 @@ def run_replay(
     """
     start = time.perf_counter()
     _check_proposers(config, proposers)
-    cache = TokenCache(config.data_path(), config.cache_dir)
+    cache = TokenCache.with_tokenizer(config.data_path(), config.cache_dir, config.tokenizer_folder())
     available = cache.sources()
     sources = list(config.sources) if config.sources else list(available)
     unknown = [s for s in sources if s not in available]
@@ -220,6 +222,7 @@ def summarise(config: ReplayConfig, results: list[SourceResult], wall_s: float) 
                 str(cut): [(d, a, n) for (d, a), n in sorted(counts.items())]
                 for cut, counts in sorted(t.cut_outcomes.items())
             },
+            counters=dict(sorted(t.counters.items())),
         )
 
     records: list[Record] = []

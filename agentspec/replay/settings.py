@@ -6,11 +6,30 @@ settings and command line import without numpy.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentspec.index.policy import DraftPolicy
+
+
+class DrafterReplaySettings(BaseModel):
+    """A trained drafter in the replay (``agentspec bench --drafter HEAD --target MODEL``):
+    the ``drafter`` and ``agentspec-hybrid`` proposers draft with it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: The EAGLE-3 head's folder (``agentspec train-drafter``'s output).
+    head: Path
+    #: The target model's folder (Hugging Face layout): the head reads its hidden states.
+    target: Path
+    #: Tokens the drafter drafts per step (vLLM's ``num_speculative_tokens`` for it).
+    tokens: int = Field(default=3, ge=1, le=16)
+    #: The hybrid's rule (``--agentspec-drafter-rule``): ``expected`` or Arctic's ``score``.
+    rule: Literal["expected", "score"] = "expected"
+    #: Where the target and head run (a torch device).
+    device: str = "cpu"
 
 
 class ProposerSettings(BaseModel):
@@ -40,5 +59,7 @@ class ProposerSettings(BaseModel):
     oracle_nodes: int = 256
     #: agentspec's draft policy (None = the index's defaults).
     agentspec_policy: DraftPolicy | None = None
+    #: The trained drafter of the ``drafter`` and ``agentspec-hybrid`` proposers.
+    drafter: DrafterReplaySettings | None = None
     #: Free-form settings for proposers registered by others.
     extra: dict[str, Any] = Field(default_factory=dict)

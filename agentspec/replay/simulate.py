@@ -23,7 +23,14 @@ from agentspec.driver import TokenSeed
 from agentspec.index.types import cut_length
 from agentspec.replay.calls import CallSpec, ReplayCall, SourceWorkload
 from agentspec.replay.config import Routing
-from agentspec.replay.proposer import BatchAware, Proposer, ReplayDraft, SharesOutputs
+from agentspec.replay.proposer import (
+    BatchAware,
+    CountsSteps,
+    DraftsWholeCalls,
+    Proposer,
+    ReplayDraft,
+    SharesOutputs,
+)
 
 _now = time.perf_counter_ns
 
@@ -51,6 +58,9 @@ class Tally:
     #: The same under each probability cut of a batch budget (agentspec.draft_budget.speed_budget), for
     #: proposers whose drafts carry path probabilities (empty otherwise).
     cut_outcomes: dict[float, dict[tuple[int, int], int]] = field(default_factory=dict)
+    #: Counters a proposer keeps of its own (:class:`~agentspec.replay.proposer.CountsSteps`),
+    #: summed over its servers.
+    counters: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: Tally) -> None:
         for f in fields(self):
@@ -63,6 +73,9 @@ class Tally:
                 continue  # goes with the peak above
             elif f.name == "outcomes":
                 _merge(self.outcomes, other.outcomes)
+            elif f.name == "counters":
+                for key, n in other.counters.items():
+                    self.counters[key] = self.counters.get(key, 0) + n
             elif f.name == "cut_outcomes":
                 for cut, counts in other.cut_outcomes.items():
                     _merge(self.cut_outcomes.setdefault(cut, {}), counts)
@@ -243,6 +256,10 @@ class CallStepper:
             proposer.observe(self.cid, output[:1])  # the prefill step's token
             self.pos = self.steps = 1
         self.index_ns = _now() - t0
+        if isinstance(proposer, DraftsWholeCalls):
+            t1 = _now()
+            proposer.take_output(self.cid, output)
+            self.propose_ns += _now() - t1
 
     def step(self) -> bool:
         """One decoding step, if any is left; whether another follows."""
@@ -540,6 +557,10 @@ def replay_source(
 def _source_result(source: str, workload: SourceWorkload, fleets: dict[str, _Fleet], start: float) -> SourceResult:
     for fleet in fleets.values():
         fleet.sample_memory()
+        for server in fleet.servers.values():
+            if isinstance(server, CountsSteps):
+                for key, n in server.counters().items():
+                    fleet.tally.counters[key] = fleet.tally.counters.get(key, 0) + n
     return SourceResult(
         source=source,
         trajectories=len(workload),

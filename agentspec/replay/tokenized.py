@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -77,6 +78,46 @@ class QwenTokenizer:
             "<|endoftext|>": self._tok.eod_id,
         }
         return int(ids[token])
+
+
+class HFTokenizer:
+    """A Hugging Face tokenizer from a model folder (``transformers``; the ``train`` extra),
+    for replays in a target model's tokens (``agentspec bench --drafter``). Its name for the
+    cache is a digest of the folder's tokenizer files."""
+
+    FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "tokenizer.model")
+
+    def __init__(self, folder: Path) -> None:
+        from transformers import AutoTokenizer
+
+        self.folder = Path(folder)
+        self.name = tokenizer_digest(self.folder)
+        self._tok = AutoTokenizer.from_pretrained(str(self.folder))
+
+    def encode(self, text: str) -> list[int]:
+        # Text that spells a special token stays text, as in QwenTokenizer.
+        return list(self._tok.encode(text, add_special_tokens=False, split_special_tokens=True))
+
+    def special(self, token: str) -> int:
+        found = self._tok.get_vocab().get(token)
+        if found is None:
+            raise ValueError(f"the tokenizer in {self.folder} has no {token} token; the replay renders calls in ChatML")
+        return int(found)
+
+
+def tokenizer_digest(folder: Path) -> str:
+    """``hf-`` and a digest of the tokenizer files in ``folder`` (the cache's key for it)."""
+    h = hashlib.blake2b(digest_size=8)
+    found = False
+    for name in HFTokenizer.FILES:
+        path = Path(folder) / name
+        if path.is_file():
+            found = True
+            h.update(name.encode())
+            h.update(path.read_bytes())
+    if not found:
+        raise ValueError(f"{folder} holds no tokenizer files ({', '.join(HFTokenizer.FILES)})")
+    return "hf-" + h.hexdigest()
 
 
 class ChatML:
@@ -401,11 +442,20 @@ class TokenCache:
         tokenizer_factory: Callable[[], TextTokenizer] = QwenTokenizer,
         tokenizer_name: str = DEFAULT_TOKENIZER,
     ) -> None:
+        """Qwen2.5's tokenizer by default; see :meth:`with_tokenizer` for another."""
         self.data = Path(data)
         self.dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self._tokenizer_factory = tokenizer_factory
         self.tokenizer_name = tokenizer_name
         self.digest = file_digest(self.data)
+
+    @classmethod
+    def with_tokenizer(cls, data: Path, cache_dir: Path | None, tokenizer: Path | None) -> TokenCache:
+        """The cache of ``data`` in the tokens of the Hugging Face tokenizer in the folder
+        ``tokenizer`` (None: Qwen2.5's)."""
+        if tokenizer is None:
+            return cls(data, cache_dir)
+        return cls(data, cache_dir, partial(HFTokenizer, Path(tokenizer)), tokenizer_digest(Path(tokenizer)))
 
     def _path(self, source: str) -> Path:
         key = _cache_key(self.digest, source, TEMPLATE_NAME, self.tokenizer_name)

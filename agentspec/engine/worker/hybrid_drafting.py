@@ -52,13 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agentspec.draft_budget.drafter_choice import (
-    DraftPath,
-    ModelDrafterEstimate,
-    choose,
-    choose_by_score,
-    model_runs,
-)
+from agentspec.draft_budget.drafter_choice import DraftPath, HybridRule, model_runs
 from agentspec.engine.settings import EngineSettings
 from agentspec.engine.worker.drafting import SessionDrafting
 from agentspec.errors import DraftIndexError
@@ -91,7 +85,7 @@ class HybridDrafting(SessionDrafting):
             )
         self.max_draft_tokens: int = vllm_config.speculative_config.num_speculative_tokens  # type: ignore[union-attr]
         self.model_draft_tokens = min(drafter.num_tokens, self.max_draft_tokens)
-        self.model_estimate = ModelDrafterEstimate()
+        self.hybrid_rule = HybridRule(drafter.rule)
         # Handed over by the plugin before each propose: (input batch, sampled tokens per row).
         self._step: tuple[Any, list[list[int]]] | None = None
         # Per request: the path and length of the draft sent for verification last step.
@@ -116,10 +110,8 @@ class HybridDrafting(SessionDrafting):
         self, index_len: int, draft: Draft | None, expected: float, model_len: int, model_expected: float
     ) -> DraftPath:
         """The request's path by the configured rule (``drafter.rule``)."""
-        drafter = self.settings.drafter
-        if drafter is not None and drafter.rule == "score":
-            return choose_by_score(index_len, draft.score if draft is not None else 0.0, model_len)
-        return choose(index_len, expected, model_len, model_expected)
+        score = draft.score if draft is not None else 0.0
+        return self.hybrid_rule.choose(index_len, score, expected, model_len, model_expected)
 
     def propose(self, num_speculative_tokens: int, **kwargs: Any) -> list[list[int]]:  # type: ignore[override]
         """Draft for every request of the step: the index's draft or the model's."""
@@ -133,7 +125,7 @@ class HybridDrafting(SessionDrafting):
         rows = len(sampled_rows)
         budget = self.driver.budget_for(rows, num_speculative_tokens)
         model_cap = min(self.model_draft_tokens, budget)
-        model_expected = self.model_estimate.expected_accepted(model_cap)
+        model_expected = self.hybrid_rule.model_expected(model_cap)
         suffix: list[Draft | None] = []
         paths: list[DraftPath] = []
         model_lens: list[int] = []
@@ -245,7 +237,7 @@ class HybridDrafting(SessionDrafting):
         accepted = max(0, min(len(sampled) - 1, drafted))
         self._count(f"{path.value}_accepted_tokens_total", accepted)
         if path is DraftPath.MODEL:
-            self.model_estimate.observe(drafted, accepted)
+            self.hybrid_rule.observe_model(drafted, accepted)
             if self.index.has_call(req_id):
                 self.index.record_model_verification(req_id, drafted, accepted)
 
