@@ -1,6 +1,6 @@
 """How much AL a better choice among the index's drafts could add, measured in hindsight.
 
-    python benchmarks/choice_headroom.py --data data/trajectories-dev.jsonl.gz [--limit 40] [--jobs 1]
+    python benchmarks/choice_headroom.py --data data/trajectories-dev.jsonl.gz [--limit 40] [--json FILE]
 
 At every decoding step the index drafts from each level that holds text (the call's
 stream, the session's seeds, the group, the global corpus) and keeps the draft with the
@@ -18,11 +18,17 @@ This replays the same calls through:
 
 and prints AL ratios to vllm-suffix. The distance from ``hindsight-long`` to ``oracle`` is
 what only another branch of a tree (not the most frequent continuation) can draft.
+
+``--json FILE`` also writes the run: its settings (the data file by name only), and per
+source each proposer's AL and its ratio to vllm-suffix and to agentspec (docs/policy.md
+quotes them from ``benchmarks/results/dev-choice-headroom.json``).
 """
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
@@ -91,7 +97,9 @@ def main(
     data: Annotated[Path, typer.Option(help="Trajectories file (.jsonl[.gz]).")],
     limit: Annotated[int, typer.Option(help="At most N trajectories per source.")] = 40,
     source: Annotated[list[str] | None, typer.Option(help="Sources to replay (default: all).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
 ) -> None:
+    started = time.perf_counter()
     cache = TokenCache(data)
     sources = source or list(cache.sources())
     cache.ensure(sources)
@@ -99,8 +107,14 @@ def main(
     for col in ("source", "AL suffix", *(f"{p}" for p in PROPOSERS[1:])):
         table.add_column(col, justify="left" if col == "source" else "right")
     totals: dict[str, list[float]] = {p: [] for p in PROPOSERS}
+    by_source: dict[str, dict[str, dict[str, float]]] = {}
     for name in sources:
         al = _replay(name, cache.load(name).workload(limit))
+        by_source[name] = {
+            "al": al,
+            "vs_vllm_suffix": {p: al[p] / al["vllm-suffix"] for p in PROPOSERS},
+            "vs_agentspec": {p: al[p] / al["agentspec"] for p in PROPOSERS},
+        }
         base = al["vllm-suffix"]
         for p in PROPOSERS:
             totals[p].append(al[p] / base)
@@ -108,6 +122,18 @@ def main(
         console.print(f"{name}: " + ", ".join(f"{p} {al[p]:.3f}" for p in PROPOSERS), highlight=False)
     table.add_row("mean of sources", "", *(f"{float(np.mean(totals[p])):.3f}" for p in PROPOSERS[1:]), style="bold")
     console.print(table)
+    if json_out is not None:
+        doc = {
+            "settings": {
+                "data": data.name,
+                "sources": sources,
+                "limit": limit,
+                "wall_s": round(time.perf_counter() - started, 3),
+            },
+            "sources": by_source,
+            "mean_of_sources_vs_vllm_suffix": {p: float(np.mean(totals[p])) for p in PROPOSERS},
+        }
+        json_out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":

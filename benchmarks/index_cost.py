@@ -1,6 +1,7 @@
 """Where the draft index's time per call goes, against vLLM's suffix method, on one source.
 
     python benchmarks/index_cost.py --data data/trajectories-dev.jsonl.gz [--source mini_swe_agent] [--limit 4]
+        [--json FILE]
 
 1. Index time per call (everything but drafting: start, every step's new tokens, finish),
    agentspec at several tree depths and vllm-suffix (vLLM's defaults), replayed on the same
@@ -10,10 +11,17 @@
    costs in a fresh tree over one prompt (what vLLM's suffix method builds at every call).
 
 Run it on an idle machine: the figures are times.
+
+``--json FILE`` also writes the run: its settings (the data file by name only, and the
+machine's CPUs and load average when it ended), each policy's index time per call for both
+proposers with their ratio, and the prompt side (docs/policy.md quotes them from
+``benchmarks/results/dev-index-cost.json``).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -77,8 +85,10 @@ def main(
     data: Annotated[Path, typer.Option(help="Trajectories file (.jsonl[.gz]).")],
     source: Annotated[str, typer.Option(help="Source to replay.")] = "mini_swe_agent",
     limit: Annotated[int, typer.Option(help="Trajectories of the source.")] = 4,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
 ) -> None:
     console = Console(width=None if sys.stdout.isatty() else 160)
+    started = time.perf_counter()
     cache = TokenCache(data)
     cache.ensure([source])
     workload = cache.load(source).workload(limit, None)
@@ -86,10 +96,19 @@ def main(
     table = Table(title=f"index time per call, {source}, {limit} trajectories")
     for col in ("agentspec policy", "agentspec µs/call", "vllm-suffix µs/call", "ratio"):
         table.add_column(col, justify="left" if col == "agentspec policy" else "right")
+    rows: list[dict[str, object]] = []
     for overrides in DEPTHS:
         ours, base = _per_call_index_us(workload, source, DraftPolicy(**overrides))
         label = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "defaults"
         table.add_row(label, f"{ours:.0f}", f"{base:.0f}", f"1/{base / ours:.1f}")
+        rows.append(
+            {
+                "policy": overrides,
+                "agentspec_us_per_call": ours,
+                "vllm_suffix_us_per_call": base,
+                "vllm_suffix_over_agentspec": base / ours,
+            }
+        )
     console.print(table)
 
     side = _prompt_side(workload)
@@ -100,6 +119,25 @@ def main(
         f"the whole prompt {side['fresh24_us_per_token']:.2f} µs per token at depth 24, "
         f"{side['fresh64_us_per_token']:.2f} at depth 64"
     )
+    if json_out is not None:
+        try:
+            load: list[float] | None = [round(x, 2) for x in os.getloadavg()]
+        except (AttributeError, OSError):
+            load = None
+        doc = {
+            "settings": {
+                "data": data.name,
+                "source": source,
+                "limit": limit,
+                "session_depth": IndexConfig().policy.max_depth,
+                "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+                "load_average": load,
+                "wall_s": round(time.perf_counter() - started, 3),
+            },
+            "index_per_call": rows,
+            "prompt_side": side,
+        }
+        json_out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":

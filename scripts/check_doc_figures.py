@@ -42,6 +42,8 @@ TARGETS = "dev-replay-targets.json.gz"
 LOCKSTEP = "dev-lockstep.json.gz"
 LAG8 = "dev-exchange-lag-8.json.gz"
 LAG64 = "dev-exchange-lag-64.json.gz"
+#: The development set replayed whole with three speed models: the tokens/s estimate of docs/speed.md.
+SPEED_DEV = "dev-speed.json.gz"
 #: Decoding steps timed on one H200 (docs/speed.md).
 STEPS = "h200-step-times.json"
 STEPS_70B = "h200-step-times-70b-40-layers.json"
@@ -59,6 +61,14 @@ HYBRID_SHARE = "dev-hybrid-share.json"
 SWEEP = "dev-policy-sweep.json"
 #: A fitted draft chooser against the calibrated score, on 30 trajectories of each source (docs/policy.md).
 CHOOSER = "dev-chooser-fit.json"
+#: Where the index's time per call goes, on 4 mini_swe_agent trajectories (docs/policy.md).
+INDEX_COST = "dev-index-cost.json"
+#: A choice among the index's drafts made in hindsight, 20 trajectories of each source (docs/policy.md).
+HEADROOM = "dev-choice-headroom.json"
+#: 40 trajectories of each source with the default policy and with longer drafts (docs/policy.md).
+BENCH40 = "dev-bench-40.json.gz"
+BENCH40_LONG = "dev-bench-40-long-drafts.json.gz"
+LONG_DRAFTS = '{"min_token_prob": 0.05, "max_spec_factor": 4}'
 #: RL groups pinned by the rollout client against spread, on 8 replicas: the first 60 groups
 #: of codet and tot, without and with the exchange, and all groups without it (docs/rl.md).
 RL_ROUTING_60 = "dev-rl-routing-60.json"
@@ -82,6 +92,10 @@ COMMANDS: dict[str, str] = {
         )
         for n, lag in ((8, LAG8), (64, LAG64))
     },
+    SPEED_DEV: (
+        "agentspec bench --data data/trajectories-dev.jsonl.gz --proposers vllm-suffix,agentspec"
+        " --speed-model h100:8b --speed-model h200:8b --speed-model h100:70b --jobs 1 --json dev-speed.json"
+    ),
     STEPS: "python benchmarks/gpu_step_time.py --models 8b,32b --out h200-step-times.json",
     STEPS_70B: "python benchmarks/gpu_step_time.py --models 70b --layers 40 --out h200-step-times-70b-40-layers.json",
     LIVE: "python benchmarks/live_bench.py --cache-dir .cache/real-model --runs 3 --json live-smollm2-cpu.json",
@@ -109,6 +123,19 @@ COMMANDS: dict[str, str] = {
     ),
     CHOOSER: (
         "python benchmarks/chooser_fit.py --data data/trajectories-dev.jsonl.gz --limit 30 --json dev-chooser-fit.json"
+    ),
+    INDEX_COST: "python benchmarks/index_cost.py --data data/trajectories-dev.jsonl.gz --json dev-index-cost.json",
+    HEADROOM: (
+        "python benchmarks/choice_headroom.py --data data/trajectories-dev.jsonl.gz --limit 20"
+        " --json dev-choice-headroom.json"
+    ),
+    BENCH40: (
+        "agentspec bench --data data/trajectories-dev.jsonl.gz --limit 40 --proposers vllm-suffix,agentspec"
+        " --speed-model h100:8b --json dev-bench-40.json"
+    ),
+    BENCH40_LONG: (
+        "agentspec bench --data data/trajectories-dev.jsonl.gz --limit 40 --proposers vllm-suffix,agentspec"
+        f" --speed-model h100:8b --agentspec-policy '{LONG_DRAFTS}' --json dev-bench-40-long-drafts.json"
     ),
     RL_ROUTING_60: (
         "python benchmarks/rl_routing.py --data data/trajectories-dev.jsonl.gz --limit 60 --json dev-rl-routing-60.json"
@@ -592,7 +619,14 @@ def figures() -> Iterator[Figure]:
         (percent(swept(factor1).map(lambda r: r - 1, "minus 1")), F1),
     )
     shallow = Calc(lambda d, s: 1 - s / d, (swept(defaults), swept({"max_depth": 32, "max_match_tokens": 16})), "less")
-    yield fig("policy.md", "match 16: 1/5.9, and {}% less AL in the sweep above;", (percent(shallow), F1))
+    yield fig(
+        "policy.md",
+        "match 16: 1/{}, and {}% less AL in the sweep above; depth 48: 1/{})",
+        (index_cost_ratio({"max_depth": 32, "max_match_tokens": 16}), F1),
+        (percent(shallow), F1),
+        (index_cost_ratio({"max_depth": 48}), F1),
+    )
+    yield from policy_measured_figures()
     yield fig(
         "policy.md",
         "(min prob 0.3: {} and {}x; factor 1: {} and {}x)",
@@ -601,6 +635,29 @@ def figures() -> Iterator[Figure]:
         (swept(factor1, acc), F2),
         (swept(factor1), F3),
     )
+
+    # integrations/rl/README.md (agentspec-rl's long description): the same runs, typed
+    rl_readme = "../integrations/rl/README.md"
+    yield fig(
+        rl_readme,
+        "agentspec pinned / spread: Tree-of-Thoughts {}× on the first 60 groups ({} vs {}) and {}× on all {};"
+        " CodeT {}× and {}×.",
+        (rl_pinning(RL_ROUTING_60, "tot"), F2),
+        (rl_al(RL_ROUTING_60, "tot", "agentspec, client"), F3),
+        (rl_al(RL_ROUTING_60, "tot", "agentspec, spread"), F3),
+        (rl_pinning(RL_ROUTING, "tot"), F2),
+        (Get(RL_ROUTING, ("sources", "tot", "trajectories")), ".0f"),
+        (rl_pinning(RL_ROUTING_60, "codet"), F2),
+        (rl_pinning(RL_ROUTING, "codet"), F2),
+    )
+    for source in ("codet", "tot"):
+        yield fig(
+            rl_readme,
+            f"| {source} | " + "{} | {} | {} | {} | {}× |",
+            (Get(RL_EPOCHS, ("sources", source, "groups")), ".0f"),
+            *((epoch_two(source, arm), F3) for arm in ("vllm-suffix", "agentspec, kept", "agentspec, retired")),
+            (Get(RL_EPOCHS, ("sources", source, "kept_over_retired")), F2),
+        )
 
     # rl.md: RL groups pinned against spread, benchmarks/rl_routing.py
     yield fig("rl.md", "Pinning is worth most on the first 60 ({}×).", (rl_pinning(RL_ROUTING_60, "tot"), F2))
@@ -690,18 +747,8 @@ def figures() -> Iterator[Figure]:
         (aider[3], F2),
     )
 
-    # speed.md: the development set's size, and the H200 step times (benchmarks/gpu_step_time.py)
-    trajectories = Calc(
-        lambda *n: sum(n),
-        tuple(Get(TARGETS, ("one_server", "settings", "trajectories", s)) for s in DEV_SOURCES),
-        "sum",
-    )
-    yield fig(
-        "speed.md",
-        "{} trajectories, {} calls, a mean context",
-        (trajectories, ",.0f"),
-        (one(OURS, field="calls"), ",.0f"),
-    )
+    # speed.md: the development set's tokens/s estimate, and the H200 step times (benchmarks/gpu_step_time.py)
+    yield from speed_dev_figures()
     steps = Calc(lambda a, b: a + b, (Get(STEPS, ("rows",), count=True), Get(STEPS_70B, ("rows",), count=True)), "sum")
     yield fig("speed.md", "On one H200 (PyTorch 2.11, CUDA 13) it timed {} steps", (steps, ".0f"))
     copy = [Get(f, ("probe", "copy_bytes_per_s")) for f in (STEPS_70B, STEPS)]
@@ -722,6 +769,175 @@ def figures() -> Iterator[Figure]:
                 f"| {name} | {context:,} | {batch} | {verified} | {{}} |",
                 (step_ms(file, shape, context, batch, verified), F1),
             )
+
+
+def index_cost(field: str, policy: dict[str, Any] | None = None) -> Get:
+    """benchmarks/index_cost.py: the prompt side's ``field``, or with ``policy`` (overrides of
+    DraftPolicy; ``{}``: the defaults) that policy's index time per call."""
+    if policy is None:
+        return Get(INDEX_COST, ("prompt_side", field))
+    return Get(INDEX_COST, ("index_per_call", {"policy": policy}, field))
+
+
+def index_cost_ratio(policy: dict[str, Any]) -> Get:
+    """benchmarks/index_cost.py: vllm-suffix's index time per call over agentspec's, x in 1/x."""
+    return index_cost("vllm_suffix_over_agentspec", policy)
+
+
+def bench40(file: str, proposer: str, field: str) -> Get:
+    """agentspec bench --limit 40: a field of one proposer's record over all sources."""
+    return record(file, None, proposer, ALL, field)
+
+
+def bench40_speed(file: str, concurrency: int) -> Calc:
+    """agentspec bench --limit 40 --speed-model h100:8b: the model budget's tokens/s over vllm-suffix's."""
+    rows = ("speed", 0, "rows")
+    return ratio(
+        Get(file, (*rows, {"name": "agentspec (model budget)"}, "tokens_per_s", str(concurrency))),
+        Get(file, (*rows, {"name": BASE}, "tokens_per_s", str(concurrency))),
+    )
+
+
+def policy_measured_figures() -> Iterator[Figure]:
+    """policy.md: the index's cost, the headroom of a choice made in hindsight, and longer drafts."""
+    suffix_ms, ours_ms = (ms(index_cost(f, {})) for f in ("vllm_suffix_us_per_call", "agentspec_us_per_call"))
+    new, prompt, per_token = index_cost("new"), index_cost("prompt"), index_cost("session_us_per_token")
+    yield fig(
+        "policy.md",
+        "measured: {} of a call's {} prompt tokens are new to its session (1/{}), a new token costs {} µs in the"
+        " session's depth-64 tree against {} µs in a fresh depth-24 tree over the prompt, and index time per call is {}"
+        " ms against {} ms (1/{}). The new prompt text alone ({} tokens at {} µs, {} ms)",
+        (new, ",.0f"),
+        (prompt, ",.0f"),
+        (ratio(prompt, new), ".0f"),
+        (per_token, F2),
+        (index_cost("fresh24_us_per_token"), F2),
+        (ours_ms, F1),
+        (suffix_ms, F1),
+        (index_cost_ratio({}), F1),
+        (new, ",.0f"),
+        (per_token, F2),
+        (Calc(lambda n, t: n * t / 1e3, (new, per_token), "ms of new tokens"), F1),
+    )
+    yield fig(
+        "policy.md",
+        "1/20 of suffix's {} ms per call in that run (`index_cost.py`, above) is {} ms, less than the {} ms its new"
+        " prompt tokens alone took there",
+        (suffix_ms, F1),
+        (suffix_ms.map(lambda v: v / 20, "a 20th"), F2),
+        (Calc(lambda n, t: n * t / 1e3, (new, per_token), "ms of new tokens"), F1),
+    )
+    yield fig(
+        "policy.md",
+        "measured on one core of a 2-core machine that other work kept busy, load average {}, so its times",
+        (Get(INDEX_COST, ("settings", "load_average", 0)), F1),
+    )
+    gains = tuple(
+        Get(HEADROOM, ("sources", source, "vs_agentspec", "hindsight-level")).map(lambda r: (r - 1) * 100, "gain %")
+        for source in DEV_SOURCES
+    )
+    yield fig(
+        "policy.md",
+        "that choice: +{}% to +{}% AL by source)",
+        (Calc(lambda *g: min(g), gains, "least"), ".0f"),
+        (Calc(lambda *g: max(g), gains, "most"), ".0f"),
+    )
+    acceptance = [
+        ratio(bench40(f, OURS, "acceptance_rate"), bench40(f, BASE, "acceptance_rate")) for f in (BENCH40, BENCH40_LONG)
+    ]
+    yield fig(
+        "policy.md",
+        "AL went from {}x to {}x, with acceptance from {} to {} of suffix's, and its estimated"
+        " tokens/s under the model budget (H100, 8B) from {}x to {}x at concurrency 1 and from {}x to {}x at 64:",
+        *((bench40(f, OURS, "al_vs_baseline"), F2) for f in (BENCH40, BENCH40_LONG)),
+        *((a, F2) for a in acceptance),
+        *((bench40_speed(f, 1), F2) for f in (BENCH40, BENCH40_LONG)),
+        *((bench40_speed(f, 64), F2) for f in (BENCH40, BENCH40_LONG)),
+    )
+
+
+#: speed.md's speed models, as ``agentspec bench --speed-model`` names them: (GPU, model) in the JSON.
+SPEED_MODELS = {
+    "h100:8b": ("H100 SXM", "Llama-3-8B shape"),
+    "h200:8b": ("H200", "Llama-3-8B shape"),
+    "h100:70b": ("H100 SXM", "Llama-3-70B shape"),
+}
+CONCURRENCIES = (1, 8, 32, 64, 128)
+
+
+def speed_table(model: str) -> tuple[Any, ...]:
+    """The path of one speed model's table in the development set's speed run."""
+    gpu, shape = SPEED_MODELS[model]
+    return ("speed", {"gpu": gpu, "model": shape})
+
+
+def tokens_per_s(model: str, row: str, concurrency: int) -> Get:
+    """Estimated tokens/s of one row (``no speculation``, ``vllm-suffix``, ``agentspec (fixed rule)``,
+    ``agentspec (model budget)``) of the development set's speed run."""
+    return Get(SPEED_DEV, (*speed_table(model), "rows", {"name": row}, "tokens_per_s", str(concurrency)))
+
+
+def speed_dev(proposer: str, field: str) -> Get:
+    """A field of the development set's speed run, one proposer over all sources."""
+    return record(SPEED_DEV, None, proposer, ALL, field)
+
+
+def speed_dev_figures() -> Iterator[Figure]:
+    """speed.md: the development set replayed whole, and the tokens/s estimate made from it."""
+    trajectories = Calc(
+        lambda *n: sum(n), tuple(Get(SPEED_DEV, ("settings", "trajectories", s)) for s in DEV_SOURCES), "sum"
+    )
+    yield fig(
+        "speed.md",
+        "{} trajectories, {} calls, a mean context of {} tokens, replayed in {} s",
+        (trajectories, ",.0f"),
+        (speed_dev(OURS, "calls"), ",.0f"),
+        (Get(SPEED_DEV, (*speed_table("h100:8b"), "context_tokens")), ",.0f"),
+        (Get(SPEED_DEV, ("settings", "wall_s")), ".0f"),
+    )
+    yield fig(
+        "speed.md",
+        "AL was {} for vllm-suffix and {} for agentspec, with acceptance rates of {} and {}; proposing took {} µs per"
+        " request-step for vllm-suffix and {} µs for agentspec.",
+        (speed_dev(BASE, "al"), F2),
+        (speed_dev(OURS, "al"), F2),
+        (speed_dev(BASE, "acceptance_rate"), F2),
+        (speed_dev(OURS, "acceptance_rate"), F2),
+        (speed_dev(BASE, "propose_us_per_step"), ".0f"),
+        (speed_dev(OURS, "propose_us_per_step"), ".0f"),
+    )
+    yield fig(
+        "speed.md",
+        "that other work kept busy (load average {} when it ended)",
+        (Get(SPEED_DEV, (*speed_table("h100:8b"), "measured_on", "load_1m")), F1),
+    )
+    yield fig(
+        "speed.md",
+        "On the H100 with the 8B model, the KV cache holds {} requests",
+        (Get(SPEED_DEV, (*speed_table("h100:8b"), "batch", "128")), ".0f"),
+    )
+    budget = "agentspec (model budget)"
+    for model, words in (
+        ("h100:8b", "H100 with the 8B model"),
+        ("h200:8b", "H200 with the 8B model"),
+        ("h100:70b", "H100 with the 70B model (tensor parallel 4)"),
+    ):
+        yield fig(
+            "speed.md",
+            f"- {words}: " + ", ".join(["{}×"] * len(CONCURRENCIES)),
+            *((ratio(tokens_per_s(model, budget, c), tokens_per_s(model, BASE, c)), F2) for c in CONCURRENCIES),
+        )
+    yield fig(
+        "speed.md",
+        "speculation beats no speculation everywhere ({}× at c=128 with the 8B on the H100, on the development set)",
+        (ratio(tokens_per_s("h100:8b", BASE, 128), tokens_per_s("h100:8b", "no speculation", 128)), F1),
+    )
+    yield fig(
+        "speed.md",
+        "Its drafts are longer and less often accepted ({} against {})",
+        (speed_dev(OURS, "acceptance_rate"), F2),
+        (speed_dev(BASE, "acceptance_rate"), F2),
+    )
 
 
 #: The development set's sources, in the file's order.
@@ -944,6 +1160,49 @@ LIVE_WORKLOADS = {"dev": "recorded agent conversations", "loop": "repair loops o
 def live(workload: str, server: str, field: str, at: int = 0) -> Get:
     """benchmarks/live_bench.py: a median (``at=0``), minimum (1) or maximum (2) over runs."""
     return Get(LIVE, ("summary", workload, server, field, at))
+
+
+def table_dev_speed(results: Results) -> str:
+    """docs/speed.md: estimated tokens/s on the development set, H100 with the 8B model, with
+    each cell's ratio to vllm-suffix, draft cap and probability cut."""
+    data = results.json(SPEED_DEV)
+    gpu, shape = SPEED_MODELS["h100:8b"]
+    (table,) = [t for t in data["speed"] if (t["gpu"], t["model"]) == (gpu, shape)]
+    rows = {row["name"]: row for row in table["rows"]}
+    lines = _header("proposer", *(f"c={c}" for c in CONCURRENCIES))
+    for name, label in (
+        ("no speculation", "no speculation"),
+        (BASE, BASE),
+        ("agentspec (fixed rule)", "agentspec, fixed rule"),
+        ("agentspec (model budget)", "agentspec, model budget"),
+    ):
+        row, cells = rows[name], []
+        for i, c in enumerate(CONCURRENCIES):
+            speed = row["tokens_per_s"][str(c)]
+            cell = f"{speed:,.0f}"
+            if name not in ("no speculation", BASE):
+                cap = row["caps"][str(c)]
+                notes = [f"{speed / rows[BASE]['tokens_per_s'][str(c)]:.2f}×", f"k={cap}" if i == 0 else f"{cap}"]
+                if str(c) in row["min_probs"]:
+                    notes.append(f"p≥{row['min_probs'][str(c)]:g}")
+                cell += f" ({', '.join(notes)})"
+            cells.append(cell)
+        lines.append(_row([label, *cells]))
+    on = table.get("measured_on")
+    where = ""
+    if on:
+        where = (
+            f" Drafter times measured at a load average of {on['load_1m']:.1f} (1 min) / {on['load_5m']:.1f} (5 min),"
+            f" the replay on {on['cpus']} CPU{'s' if on['cpus'] != 1 else ''}"
+            + (": a busy machine, so they are inflated." if on.get("busy") else ".")
+        )
+    return (
+        "\n".join(lines)
+        + "\n\n*Estimated tokens/s (ratio to vllm-suffix, draft cap, probability cut)."
+        + where
+        + "*\n"
+        + _from(SPEED_DEV)
+    )
 
 
 def table_live(results: Results) -> str:
@@ -1244,6 +1503,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "dev-memory": table_dev_memory,
     "dev-loops": table_dev_loops,
     "dev-exchange-lag": table_dev_exchange_lag,
+    "dev-speed": table_dev_speed,
 }
 
 

@@ -178,6 +178,55 @@ def test_a_changed_rl_epoch_fails_the_check_and_changes_its_table(results: Path)
     assert figures.render_tables(marker, figures.Results(results)) != table
 
 
+def test_a_changed_dev_speed_figure_fails_the_check_and_changes_its_table(results: Path) -> None:
+    marker = "<!-- agentspec:table dev-speed -->"
+    table = figures.render_tables(marker, figures.Results(RESULTS))
+    assert table.startswith("| proposer | c=1 | c=8 | c=32 | c=64 | c=128 |")
+    assert "| agentspec, model budget | " in table and "(1.09×, k=32)" in table
+    assert "`benchmarks/results/dev-speed.json.gz`, written by `agentspec bench --data data/trajectories-dev" in table
+
+    def change(data: dict[str, Any]) -> None:
+        _record(data, "agentspec", "all")["propose_us_per_step"] += 10
+        (h100_8b,) = [t for t in data["speed"] if (t["gpu"], t["model"]) == ("H100 SXM", "Llama-3-8B shape")]
+        next(r for r in h100_8b["rows"] if r["name"] == "agentspec (model budget)")["tokens_per_s"]["64"] *= 1.1
+
+    _edit(results / figures.SPEED_DEV, change)
+    done = _check("--results", str(results))
+    assert done.returncode == 1
+    assert "speed.md: 'AL was {} for vllm-suffix and {} for agentspec" in done.stderr
+    assert "speed.md: '- H100 with the 8B model: {}×, {}×, {}×, {}×, {}×' shows" in done.stderr
+    assert figures.render_tables(marker, figures.Results(results)) != table
+
+
+def test_the_rl_readme_figures_are_checked(results: Path) -> None:
+    def change(data: dict[str, Any]) -> None:
+        data["sources"]["tot"]["al"]["agentspec, kept"] += 0.01
+
+    _edit(results / figures.RL_EPOCHS, change)
+    done = _check("--results", str(results))
+    assert done.returncode == 1
+    assert "../integrations/rl/README.md: '| tot | {} | {} | {} | {} | {}× |' shows" in done.stderr
+
+
+def test_changed_policy_measurements_fail_the_check(results: Path) -> None:
+    def cost(data: dict[str, Any]) -> None:
+        data["prompt_side"]["session_us_per_token"] += 0.5
+
+    def headroom(data: dict[str, Any]) -> None:
+        data["sources"]["tot"]["vs_agentspec"]["hindsight-level"] += 0.5
+
+    def longer(data: dict[str, Any]) -> None:
+        _record(data, "agentspec", "all")["al_vs_baseline"] += 0.05
+
+    for file, change in ((figures.INDEX_COST, cost), (figures.HEADROOM, headroom), (figures.BENCH40_LONG, longer)):
+        _edit(results / file, change)
+    done = _check("--results", str(results))
+    assert done.returncode == 1
+    assert "policy.md: \"measured: {} of a call's {} prompt tokens" in done.stderr
+    assert "policy.md: 'that choice: +{}% to +{}% AL by source)' shows" in done.stderr
+    assert 'policy.md: "AL went from {}x to {}x' in done.stderr
+
+
 def test_a_passage_gone_from_its_page_fails_the_check(tmp_path: Path) -> None:
     docs = Path(shutil.copytree(ROOT / "docs", tmp_path / "docs"))
     page = docs / "engine.md"
