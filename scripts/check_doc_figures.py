@@ -9,7 +9,9 @@ README lists them). The docs use them two ways:
   JSON in its place, with a line naming the file and its command.
 - **Figures quoted in the text** are typed, and :func:`figures` says where each comes from:
   the page, the words around it (``{}`` where the figure stands), and the value in the JSON
-  with the format that writes it. Wrapped lines count as one space.
+  with the format that writes it. Wrapped lines count as one space. A page is named from
+  ``docs/``: the repository's READMEs quote figures too (``../README.md``,
+  ``../data/README.md``, ``../integrations/rl/README.md``).
 
 This script checks every such figure against the JSON, and that every table marker names
 a table that renders from it:
@@ -634,6 +636,21 @@ def figures() -> Iterator[Figure]:
         (swept(prob3), F3),
         (swept(factor1, acc), F2),
         (swept(factor1), F3),
+    )
+
+    # data/README.md: the development set's size, as the replay counted it
+    yield fig(
+        "../data/README.md",
+        "is the development set: {} recorded agent sessions and sampling groups, {} LLM calls",
+        (
+            Calc(
+                lambda *n: sum(n),
+                tuple(Get(TARGETS, ("one_server", "settings", "trajectories", s)) for s in DEV_SOURCES),
+                "sum",
+            ),
+            ",.0f",
+        ),
+        (one(OURS, field="calls"), ",.0f"),
     )
 
     # integrations/rl/README.md (agentspec-rl's long description): the same runs, typed

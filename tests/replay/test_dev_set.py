@@ -31,9 +31,11 @@ def per_source() -> Counter[str]:
 
 def test_every_source_is_attributed(per_source: Counter[str]) -> None:
     attribution = (DATA / "ATTRIBUTION.md").read_text(encoding="utf-8")
-    named = set(re.findall(r"^\| `(\w+)` \|", attribution, flags=re.MULTILINE))
-    assert set(per_source) <= named, f"sources without attribution: {sorted(set(per_source) - named)}"
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([\d,]+) \|", attribution, flags=re.MULTILINE))
+    assert set(per_source) <= set(rows), f"sources without attribution: {sorted(set(per_source) - set(rows))}"
     assert len(per_source) == 9
+    assert {source: int(n.replace(",", "")) for source, n in rows.items()} == dict(per_source)
+    assert f"{sum(per_source.values()):,} in all" in attribution
 
 
 def test_the_licence_texts_it_points_to_exist() -> None:
