@@ -9,6 +9,8 @@ needs when it runs and, when an extra is missing, says which one to install
 from __future__ import annotations
 
 import importlib.metadata
+import sys
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
@@ -49,7 +51,36 @@ class _FlagsWithoutType:
 
 
 class _Group(_FlagsWithoutType, typer.core.TyperGroup):
-    pass
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Run, with click's usage errors (an unknown option, a value out of range) as one
+        line and exit 2, like the commands' own errors, not a usage text and a box."""
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.TyperException as e:
+            # click's exceptions, as typer vendors them (typer.BadParameter's bases).
+            if not standalone_mode or not hasattr(e, "format_message"):
+                raise
+            ctx = getattr(e, "ctx", None)
+            where = ctx.command_path if ctx is not None else (prog_name or self.name or "agentspec")
+            message = e.format_message()
+            if message:  # (no message: the help was shown for a bare command)
+                typer.echo(f"error: {where}: {message}", err=True)
+            sys.exit(getattr(e, "exit_code", 2))
+        except typer.Abort:
+            if not standalone_mode:
+                raise
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
 
 
 class _Command(_FlagsWithoutType, typer.core.TyperCommand):

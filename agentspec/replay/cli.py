@@ -37,11 +37,11 @@ def _fail(message: str) -> NoReturn:
 
 
 #: What a replay with a trained drafter compares by default.
-DRAFTER_PROPOSERS = ("none", "vllm-suffix", "drafter", "agentspec", "agentspec-hybrid")
+DRAFTER_PROPOSERS = ("none", "vllm-suffix", "drafter", "agentspec", "agentspec-hybrid-arctic", "agentspec-hybrid")
 
 
 def _drafter_settings(
-    drafter: Path | None, target: Path | None, tokens: int, rule: str, device: str
+    drafter: Path | None, target: Path | None, tokens: int, device: str
 ) -> DrafterReplaySettings | None:
     """The drafter's settings, checked from its files alone (before torch is imported)."""
     if drafter is None:
@@ -53,8 +53,6 @@ def _drafter_settings(
     for option, folder in (("--drafter", drafter), ("--target", target)):
         if not folder.is_dir():
             _fail(f"{option}: no such folder: {folder}")
-    if rule not in ("expected", "score"):
-        _fail(f"--drafter-rule: 'expected' or 'score', got {rule!r}")
     from agentspec.training.head_files import check_pair
 
     try:
@@ -64,7 +62,7 @@ def _drafter_settings(
     if (missing := missing_message("train")) is not None:
         typer.echo(f"error: agentspec bench: --drafter: {missing}", err=True)
         raise typer.Exit(1)
-    return DrafterReplaySettings(head=drafter, target=target, tokens=tokens, rule=rule, device=device)  # type: ignore[arg-type]
+    return DrafterReplaySettings(head=drafter, target=target, tokens=tokens, device=device)
 
 
 def bench(
@@ -188,8 +186,8 @@ def bench(
         Path | None,
         typer.Option(
             help="A trained EAGLE-3 head (agentspec train-drafter's output) for the proposers 'drafter' (the"
-            " head alone) and 'agentspec-hybrid' (the index with the head beside it); the calls are replayed in"
-            " the target's tokens. Needs --target.",
+            " head alone) and 'agentspec-hybrid' (the index with the head beside it; '-arctic': by Arctic"
+            " Inference's rule); the calls are replayed in the target's tokens. Needs --target.",
             metavar="DIR",
             file_okay=False,
         ),
@@ -203,13 +201,6 @@ def bench(
     drafter_tokens: Annotated[
         int, typer.Option(help="With --drafter: tokens the head drafts per step.", min=1, max=16, metavar="N")
     ] = 3,
-    drafter_rule: Annotated[
-        str,
-        typer.Option(
-            help="With --drafter: the hybrid's rule, 'expected' (agentspec's) or 'score' (Arctic Inference's).",
-            metavar="RULE",
-        ),
-    ] = "expected",
     device: Annotated[str, typer.Option(help="With --drafter: where the target and head run (cpu, cuda:0).")] = "cpu",
     tokenizer: Annotated[
         Path | None,
@@ -233,7 +224,7 @@ def bench(
     # vLLM's n-gram function): a mistake is reported at once.
     if data is not None and not data.is_file():
         _fail(f"--data: no such file: {data}")
-    drafter_settings = _drafter_settings(drafter, target, drafter_tokens, drafter_rule, device)
+    drafter_settings = _drafter_settings(drafter, target, drafter_tokens, device)
     if tokenizer is not None and not tokenizer.is_dir():
         _fail(f"--tokenizer: no such folder: {tokenizer}")
     if proposers is None:

@@ -12,7 +12,7 @@ from agentspec.replay.settings import ProposerSettings
 
 DEFAULT_PROPOSERS = ("none", "vllm-ngram", "vllm-suffix", "agentspec", "oracle")
 #: Proposers whose state spans calls and that are pinned by group by default.
-SESSION_AWARE = frozenset({"agentspec", "agentspec-hybrid", "oracle"})
+SESSION_AWARE = frozenset({"agentspec", "agentspec-hybrid", "agentspec-hybrid-arctic", "oracle"})
 
 
 class Routing(str, Enum):

@@ -23,7 +23,7 @@ what it has not read, which gives the same drafts.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -44,6 +44,7 @@ __all__ = [
     "ModelDrafter",
     "make_drafter_alone",
     "make_hybrid",
+    "make_hybrid_arctic",
 ]
 
 #: A step counts as the index's hard case (what the drafter is for) when the index expected
@@ -243,8 +244,19 @@ def make_drafter_alone(settings: ProposerSettings) -> DrafterProposer:
 
 
 def make_hybrid(settings: ProposerSettings) -> HybridProposer:
-    """The ``agentspec-hybrid`` proposer: the index and the head, by ``drafter.rule``."""
+    """The ``agentspec-hybrid`` proposer: the index and the head, by agentspec's rule
+    (``--agentspec-drafter-rule expected``, the server's default)."""
+    return _hybrid(settings, "expected")
+
+
+def make_hybrid_arctic(settings: ProposerSettings) -> HybridProposer:
+    """The ``agentspec-hybrid-arctic`` proposer: the index and the head, by Arctic
+    Inference's rule (``--agentspec-drafter-rule score``)."""
+    return _hybrid(settings, "score")
+
+
+def _hybrid(settings: ProposerSettings, rule: Literal["expected", "score"]) -> HybridProposer:
     from agentspec.replay.driver_proposer import make_agentspec_index
 
     drafter = _need(settings)
-    return HybridProposer(make_agentspec_index(settings), _drafter(drafter), drafter.tokens, HybridRule(drafter.rule))
+    return HybridProposer(make_agentspec_index(settings), _drafter(drafter), drafter.tokens, HybridRule(rule))

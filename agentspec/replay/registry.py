@@ -3,7 +3,8 @@
 Three places, later ones overriding earlier ones:
 
 1. the built-in proposers: ``none``, ``vllm-ngram``, ``vllm-suffix``, ``agentspec``, ``oracle``,
-   and with a trained drafter (``ProposerSettings.drafter``) ``drafter`` and ``agentspec-hybrid``;
+   and with a trained drafter (``ProposerSettings.drafter``) ``drafter``, ``agentspec-hybrid`` and
+   ``agentspec-hybrid-arctic``;
 2. factories other installed packages publish under the entry-point group
    ``agentspec.replay_proposers`` (so ``agentspec bench --proposers NAME`` finds them)::
 
@@ -30,7 +31,7 @@ ENTRY_POINT_GROUP = "agentspec.replay_proposers"
 def builtin_proposers() -> dict[str, ProposerFactory]:
     from agentspec.replay.baselines import make_none, make_oracle, make_vllm_ngram, make_vllm_suffix
     from agentspec.replay.driver_proposer import make_agentspec
-    from agentspec.replay.model_drafting import make_drafter_alone, make_hybrid
+    from agentspec.replay.model_drafting import make_drafter_alone, make_hybrid, make_hybrid_arctic
 
     return {
         "none": make_none,
@@ -40,6 +41,7 @@ def builtin_proposers() -> dict[str, ProposerFactory]:
         "oracle": make_oracle,
         "drafter": make_drafter_alone,
         "agentspec-hybrid": make_hybrid,
+        "agentspec-hybrid-arctic": make_hybrid_arctic,
     }
 
 

@@ -16,7 +16,8 @@ from agentspec.index.policy import DraftPolicy
 
 class DrafterReplaySettings(BaseModel):
     """A trained drafter in the replay (``agentspec bench --drafter HEAD --target MODEL``):
-    the ``drafter`` and ``agentspec-hybrid`` proposers draft with it."""
+    the ``drafter``, ``agentspec-hybrid`` and ``agentspec-hybrid-arctic`` proposers draft
+    with it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -26,8 +27,6 @@ class DrafterReplaySettings(BaseModel):
     target: Path
     #: Tokens the drafter drafts per step (vLLM's ``num_speculative_tokens`` for it).
     tokens: int = Field(default=3, ge=1, le=16)
-    #: The hybrid's rule (``--agentspec-drafter-rule``): ``expected`` or Arctic's ``score``.
-    rule: Literal["expected", "score"] = "expected"
     #: Where the target and head run (a torch device).
     device: str = "cpu"
 
@@ -59,7 +58,7 @@ class ProposerSettings(BaseModel):
     oracle_nodes: int = 256
     #: agentspec's draft policy (None = the index's defaults).
     agentspec_policy: DraftPolicy | None = None
-    #: The trained drafter of the ``drafter`` and ``agentspec-hybrid`` proposers.
+    #: The trained drafter of the ``drafter`` and ``agentspec-hybrid[-arctic]`` proposers.
     drafter: DrafterReplaySettings | None = None
     #: Free-form settings for proposers registered by others.
     extra: dict[str, Any] = Field(default_factory=dict)

@@ -98,13 +98,15 @@ def test_the_head_alone_and_the_hybrid_replay_in_the_targets_tokens(
         (["--drafter", "{tmp}/nope", "--target", "{target}"], "--drafter: no such folder"),
         (["--drafter", "{target}", "--target", "{target}"], "not a head written by agentspec train-drafter"),
         (["--drafter", "{other}", "--target", "{target}"], "trained for another target: vocab_size"),
-        (["--drafter", "{head}", "--target", "{target}", "--drafter-rule", "fast"], "--drafter-rule"),
+        (["--drafter", "{head}", "--target", "{target}", "--drafter-tokens", "0"], "--drafter-tokens"),
         (["--tokenizer", "{tmp}/nope"], "--tokenizer: no such folder"),
     ],
 )
 def test_bad_drafter_options_get_one_line(
-    app: typer.Typer, tmp_path: Path, tiny_model_dir: Path, head: Path, args: list[str], message: str
+    tmp_path: Path, tiny_model_dir: Path, head: Path, args: list[str], message: str
 ) -> None:
+    from agentspec.cli import app  # the command line as users run it (its one-line usage errors)
+
     other = tmp_path / "other"
     shutil.copytree(head, other)
     config = json.loads((other / "config.json").read_text())
