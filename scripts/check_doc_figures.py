@@ -46,6 +46,12 @@ LAG8 = "dev-exchange-lag-8.json.gz"
 LAG64 = "dev-exchange-lag-64.json.gz"
 #: The development set replayed whole with three speed models: the tokens/s estimate of docs/speed.md.
 SPEED_DEV = "dev-speed.json.gz"
+#: The bundled slice (``agentspec bench`` without ``--data``) with the same three speed models (docs/speed.md).
+SPEED_SLICE = "slice-speed.json.gz"
+#: openhands_mocks of the development set with a 1024-token window, without and with condenser
+#: seeding (docs/bench.md; its whole prompts are the one-server replay's).
+WINDOW = "dev-openhands-window-1024.json.gz"
+WINDOW_SEEDED = "dev-openhands-window-1024-seeded.json.gz"
 #: Decoding steps timed on one H200 (docs/speed.md).
 STEPS = "h200-step-times.json"
 STEPS_70B = "h200-step-times-70b-40-layers.json"
@@ -98,6 +104,17 @@ COMMANDS: dict[str, str] = {
         "agentspec bench --data data/trajectories-dev.jsonl.gz --proposers vllm-suffix,agentspec"
         " --speed-model h100:8b --speed-model h200:8b --speed-model h100:70b --jobs 1 --json dev-speed.json"
     ),
+    SPEED_SLICE: (
+        "agentspec bench --proposers vllm-suffix,agentspec --speed-model h100:8b --speed-model h200:8b"
+        " --speed-model h100:70b --json slice-speed.json"
+    ),
+    **{
+        file: (
+            "agentspec bench --data data/trajectories-dev.jsonl.gz --sources openhands_mocks"
+            f" --proposers vllm-suffix,agentspec,oracle --window 1024{flag} --json {file.removesuffix('.gz')}"
+        )
+        for file, flag in ((WINDOW, ""), (WINDOW_SEEDED, " --seed-dropped"))
+    },
     STEPS: "python benchmarks/gpu_step_time.py --models 8b,32b --out h200-step-times.json",
     STEPS_70B: "python benchmarks/gpu_step_time.py --models 70b --layers 40 --out h200-step-times-70b-40-layers.json",
     LIVE: "python benchmarks/live_bench.py --cache-dir .cache/real-model --runs 3 --json live-smollm2-cpu.json",
@@ -459,6 +476,35 @@ def figures() -> Iterator[Figure]:
         (accepted_between("2.0", "4.0"), F2),
     )
 
+    yield fig(
+        "engine.md",
+        "on the dev set the index drafts nothing on {}% of decoding steps and has a draft expected to deliver fewer"
+        " than 2 tokens on {}%",
+        (percent(share(ALL, "no_draft_step_share")), ".0f"),
+        (percent(share(ALL, "below_step_share", "2.0")), ".0f"),
+    )
+
+    # engine.md: the fixed rule and the model budget on the development set (speed.md's run), and H200 steps
+    fixed_rule, model_budget = (
+        [ratio(tokens_per_s("h100:8b", row, c), tokens_per_s("h100:8b", BASE, c)) for c in (32, 64, 128)]
+        for row in ("agentspec (fixed rule)", "agentspec (model budget)")
+    )
+    yield fig(
+        "engine.md",
+        "estimates the rule at {} to {} of vLLM's suffix method's tokens/s at 32 to 128 requests (8B on an H100,"
+        " [development set](data.md#the-development-set)), where the model budget below stays at {} to {} of it",
+        (Calc(lambda *r: min(r), tuple(fixed_rule), "least"), F2),
+        (Calc(lambda *r: max(r), tuple(fixed_rule), "most"), F2),
+        (Calc(lambda *r: min(r), tuple(model_budget), "least"), F2),
+        (Calc(lambda *r: max(r), tuple(model_budget), "most"), F2),
+    )
+    yield fig(
+        "engine.md",
+        "a step of one request costs {} ms with 1 verified token and {} ms with 16",
+        (step_ms(STEPS, "8b", 8192, 1, 1), F1),
+        (step_ms(STEPS, "8b", 8192, 1, 16), F1),
+    )
+
     # policy.md: the development set, benchmarks/replay_targets.py
     yield fig("policy.md", "replays all {} calls of the [development set]", (one(OURS, field="calls"), ",.0f"))
     yield fig(
@@ -724,10 +770,8 @@ def figures() -> Iterator[Figure]:
     )
     yield fig(
         "bench.md",
-        "| whole | {} | {} | {}× |",
-        (one(BASE, "openhands_mocks"), F3),
-        (one(OURS, "openhands_mocks"), F3),
-        (one(OURS, "openhands_mocks", "al_vs_baseline"), F3),
+        "On one server seeding gains nothing ({}× of the AL without it)",
+        (ratio(record(WINDOW_SEEDED, None, OURS, ALL, "al"), record(WINDOW, None, OURS, ALL, "al")), F3),
     )
     lockstep_s, one_s = Get(LOCKSTEP, ("settings", "wall_s")), Get(TARGETS, ("one_server", "settings", "wall_s"))
     yield fig(
@@ -765,6 +809,7 @@ def figures() -> Iterator[Figure]:
     )
 
     # speed.md: the development set's tokens/s estimate, and the H200 step times (benchmarks/gpu_step_time.py)
+    yield from speed_slice_figures()
     yield from speed_dev_figures()
     steps = Calc(lambda a, b: a + b, (Get(STEPS, ("rows",), count=True), Get(STEPS_70B, ("rows",), count=True)), "sum")
     yield fig("speed.md", "On one H200 (PyTorch 2.11, CUDA 13) it timed {} steps", (steps, ".0f"))
@@ -883,20 +928,71 @@ CONCURRENCIES = (1, 8, 32, 64, 128)
 
 
 def speed_table(model: str) -> tuple[Any, ...]:
-    """The path of one speed model's table in the development set's speed run."""
+    """The path of one speed model's table in a speed run (the development set's or the slice's)."""
     gpu, shape = SPEED_MODELS[model]
     return ("speed", {"gpu": gpu, "model": shape})
 
 
-def tokens_per_s(model: str, row: str, concurrency: int) -> Get:
+def tokens_per_s(model: str, row: str, concurrency: int, file: str = SPEED_DEV) -> Get:
     """Estimated tokens/s of one row (``no speculation``, ``vllm-suffix``, ``agentspec (fixed rule)``,
-    ``agentspec (model budget)``) of the development set's speed run."""
-    return Get(SPEED_DEV, (*speed_table(model), "rows", {"name": row}, "tokens_per_s", str(concurrency)))
+    ``agentspec (model budget)``) of a speed run (default: the development set's)."""
+    return Get(file, (*speed_table(model), "rows", {"name": row}, "tokens_per_s", str(concurrency)))
 
 
 def speed_dev(proposer: str, field: str) -> Get:
     """A field of the development set's speed run, one proposer over all sources."""
     return record(SPEED_DEV, None, proposer, ALL, field)
+
+
+def budget_ratios(model: str, file: str) -> tuple[tuple[Value, str], ...]:
+    """The model budget's tokens/s over vllm-suffix's at each concurrency, as the pages write them."""
+    budget = "agentspec (model budget)"
+    return tuple(
+        (ratio(tokens_per_s(model, budget, c, file), tokens_per_s(model, BASE, c, file)), F2) for c in CONCURRENCIES
+    )
+
+
+def speed_slice_figures() -> Iterator[Figure]:
+    """speed.md: the bundled slice replayed with three speed models."""
+
+    def slice_record(proposer: str, field: str) -> Get:
+        return record(SPEED_SLICE, None, proposer, ALL, field)
+
+    h100_8b = speed_table("h100:8b")
+    trajectories = tuple(Get(SPEED_SLICE, ("settings", "trajectories", s)) for s in DEV_SOURCES)
+    yield fig(
+        "speed.md",
+        "(load average {} when it ended, so the drafter times are that load's;",
+        (Get(SPEED_SLICE, (*h100_8b, "measured_on", "load_1m")), F1),
+    )
+    yield fig(
+        "speed.md",
+        "The run used the bundled slice: {} trajectories, {} calls, a mean context of {} tokens per step, replayed"
+        " in {} s. AL was {} for vllm-suffix and {} for agentspec, and agentspec's acceptance rate was {} against {}.",
+        (Calc(lambda *n: sum(n), trajectories, "sum"), ".0f"),
+        (slice_record(OURS, "calls"), ",.0f"),
+        (Get(SPEED_SLICE, (*h100_8b, "context_tokens")), ",.0f"),
+        (Get(SPEED_SLICE, ("settings", "wall_s")), F1),
+        (slice_record(BASE, "al"), F2),
+        (slice_record(OURS, "al"), F2),
+        (slice_record(OURS, "acceptance_rate"), F2),
+        (slice_record(BASE, "acceptance_rate"), F2),
+    )
+    yield fig(
+        "speed.md",
+        "At c=128 the KV cache holds {} requests",
+        (Get(SPEED_SLICE, (*h100_8b, "batch", "128")), ".0f"),
+    )
+    yield fig(
+        "speed.md",
+        "On the H200 with the 8B model, the model budget is {}×, {}×, {}×, {}× and {}×",
+        *budget_ratios("h200:8b", SPEED_SLICE),
+    )
+    yield fig(
+        "speed.md",
+        "On the H100 with the 70B model (tensor parallel 4), it is {}×, {}×, {}×, {}× and {}×.",
+        *budget_ratios("h100:70b", SPEED_SLICE),
+    )
 
 
 def speed_dev_figures() -> Iterator[Figure]:
@@ -1179,10 +1275,10 @@ def live(workload: str, server: str, field: str, at: int = 0) -> Get:
     return Get(LIVE, ("summary", workload, server, field, at))
 
 
-def table_dev_speed(results: Results) -> str:
-    """docs/speed.md: estimated tokens/s on the development set, H100 with the 8B model, with
+def table_speed(results: Results, file: str) -> str:
+    """docs/speed.md: estimated tokens/s of a speed run (``file``), H100 with the 8B model, with
     each cell's ratio to vllm-suffix, draft cap and probability cut."""
-    data = results.json(SPEED_DEV)
+    data = results.json(file)
     gpu, shape = SPEED_MODELS["h100:8b"]
     (table,) = [t for t in data["speed"] if (t["gpu"], t["model"]) == (gpu, shape)]
     rows = {row["name"]: row for row in table["rows"]}
@@ -1218,8 +1314,33 @@ def table_dev_speed(results: Results) -> str:
         + "\n\n*Estimated tokens/s (ratio to vllm-suffix, draft cap, probability cut)."
         + where
         + "*\n"
-        + _from(SPEED_DEV)
+        + _from(file)
     )
+
+
+def table_dev_speed(results: Results) -> str:
+    """docs/speed.md: the development set's estimate (:func:`table_speed`)."""
+    return table_speed(results, SPEED_DEV)
+
+
+def table_slice_speed(results: Results) -> str:
+    """docs/speed.md: the bundled slice's estimate (:func:`table_speed`)."""
+    return table_speed(results, SPEED_SLICE)
+
+
+def table_window_seeding(results: Results) -> str:
+    """docs/bench.md: openhands_mocks's AL with whole prompts (the one-server replay), a
+    1024-token window, and that window with condenser seeding."""
+    lines = _header("prompts", "vllm-suffix AL", "agentspec AL", "agentspec / suffix")
+    for label, file, run in (
+        ("whole", TARGETS, "one_server"),
+        ("window 1024", WINDOW, None),
+        ("window 1024, condenser seeding", WINDOW_SEEDED, None),
+    ):
+        source = "openhands_mocks"
+        base, ours = (_rec(results, file, run, p, source) for p in (BASE, OURS))
+        lines.append(_row([label, f"{base['al']:.3f}", f"{ours['al']:.3f}", f"{ours['al_vs_baseline']:.3f}×"]))
+    return "\n".join(lines) + "\n" + _from(TARGETS, WINDOW, WINDOW_SEEDED)
 
 
 def table_live(results: Results) -> str:
@@ -1521,6 +1642,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "dev-loops": table_dev_loops,
     "dev-exchange-lag": table_dev_exchange_lag,
     "dev-speed": table_dev_speed,
+    "slice-speed": table_slice_speed,
+    "dev-window-seeding": table_window_seeding,
 }
 
 

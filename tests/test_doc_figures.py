@@ -198,6 +198,44 @@ def test_a_changed_dev_speed_figure_fails_the_check_and_changes_its_table(result
     assert figures.render_tables(marker, figures.Results(results)) != table
 
 
+def test_a_changed_slice_speed_figure_fails_the_check_and_changes_its_table(results: Path) -> None:
+    marker = "<!-- agentspec:table slice-speed -->"
+    table = figures.render_tables(marker, figures.Results(RESULTS))
+    assert table.startswith("| proposer | c=1 | c=8 | c=32 | c=64 | c=128 |")
+    assert "`benchmarks/results/slice-speed.json.gz`, written by `agentspec bench --proposers" in table
+
+    def change(data: dict[str, Any]) -> None:
+        _record(data, "agentspec", "all")["al"] += 0.1
+        (h200_8b,) = [t for t in data["speed"] if (t["gpu"], t["model"]) == ("H200", "Llama-3-8B shape")]
+        next(r for r in h200_8b["rows"] if r["name"] == "agentspec (model budget)")["tokens_per_s"]["32"] *= 1.1
+        (h100_8b,) = [t for t in data["speed"] if (t["gpu"], t["model"]) == ("H100 SXM", "Llama-3-8B shape")]
+        next(r for r in h100_8b["rows"] if r["name"] == "vllm-suffix")["tokens_per_s"]["8"] += 100
+
+    _edit(results / figures.SPEED_SLICE, change)
+    done = _check("--results", str(results))
+    assert done.returncode == 1
+    assert 'speed.md: "The run used the bundled slice: {} trajectories' in done.stderr
+    assert "speed.md: 'On the H200 with the 8B model, the model budget is {}×" in done.stderr
+    assert figures.render_tables(marker, figures.Results(results)) != table
+
+
+def test_the_window_and_seeding_table_is_made_from_the_json(results: Path) -> None:
+    marker = "<!-- agentspec:table dev-window-seeding -->"
+    table = figures.render_tables(marker, figures.Results(RESULTS))
+    assert table.startswith("| prompts | vllm-suffix AL | agentspec AL | agentspec / suffix |")
+    assert "| window 1024, condenser seeding | " in table and "--seed-dropped --json" in table
+
+    def change(data: dict[str, Any]) -> None:
+        _record(data, "agentspec", "openhands_mocks")["al"] += 0.1
+        _record(data, "agentspec", "all")["al"] += 0.1
+
+    _edit(results / figures.WINDOW_SEEDED, change)
+    done = _check("--results", str(results))
+    assert done.returncode == 1
+    assert "bench.md: 'On one server seeding gains nothing ({}× of the AL without it)' shows" in done.stderr
+    assert figures.render_tables(marker, figures.Results(results)) != table
+
+
 def test_the_rl_readme_figures_are_checked(results: Path) -> None:
     def change(data: dict[str, Any]) -> None:
         data["sources"]["tot"]["al"]["agentspec, kept"] += 0.01
