@@ -1,6 +1,6 @@
 """agentspec's speed model against decoding steps timed on a GPU.
 
-    python benchmarks/speed_calibration.py benchmarks/results/h200-step-times*.json --gpu h200
+    python benchmarks/speed_calibration.py benchmarks/results/h200-step-times*.json --gpu h200 [--json FILE]
 
 The files are what ``benchmarks/gpu_step_time.py`` wrote on the GPU. For every timed step
 it prints the measured time, the speed model's estimate with its defaults and the relative
@@ -13,10 +13,14 @@ error; then the RMS and largest error four ways:
   judged on it, to show the fit carries over to steps it did not see;
 - the textbook roofline: the same terms, but the larger of memory and compute time
   instead of their sum, at its best fit.
+
+``--json FILE`` writes the same: every step with its estimate and error, the fields and
+the RMS and largest error of each way (docs/speed.md's calibration tables).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -40,6 +44,10 @@ FIELDS = ("memory_efficiency", "kv_efficiency", "compute_efficiency", "layer_ove
 
 def _summary(errors: np.ndarray) -> str:
     return f"RMS {np.sqrt(np.mean(errors**2)):.1%}, largest {np.max(np.abs(errors)):.1%}"
+
+
+def _errors(errors: np.ndarray) -> dict[str, float]:
+    return {"rms": float(np.sqrt(np.mean(errors**2))), "largest": float(np.max(np.abs(errors)))}
 
 
 def _fields(fields: dict[str, float]) -> str:
@@ -70,6 +78,7 @@ def _roofline_max_errors(gpu: GpuSpec, rows: list[StepTime], shapes: dict[str, M
 def main(
     paths: Annotated[list[Path], typer.Argument(help="Step times written by gpu_step_time.py.")],
     gpu: Annotated[str, typer.Option(help=f"The GPU they were timed on: one of {sorted(GPUS)}.")] = "h200",
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the comparison as JSON here.")] = None,
 ) -> None:
     if gpu not in GPUS:
         raise typer.BadParameter(f"unknown GPU {gpu!r}: expected one of {sorted(GPUS)}")
@@ -121,17 +130,42 @@ def main(
         held_out += [
             (f"context {c}", [r for r in rows if r.context != c], [r for r in rows if r.context == c]) for c in contexts
         ]
+    held_json: list[dict[str, object]] = []
     for name, seen, unseen in held_out:
         held = fit_speed_model(spec, seen, shapes)
-        console.print(
-            f"held out: fitted without {name}, on it: {_summary(relative_errors(spec, unseen, shapes, **held))}",
-            highlight=False,
-        )
+        unseen_errors = relative_errors(spec, unseen, shapes, **held)
+        console.print(f"held out: fitted without {name}, on it: {_summary(unseen_errors)}", highlight=False)
+        kind = "context" if name.startswith("context ") else "model"
+        held_json.append({"without": name.removeprefix("context "), "kind": kind, **_errors(unseen_errors)})
+    roofline = _roofline_max_errors(spec, rows, shapes)
     console.print(
-        "textbook roofline, layers x overhead + max(memory, compute), best fit: "
-        + _summary(_roofline_max_errors(spec, rows, shapes)),
+        "textbook roofline, layers x overhead + max(memory, compute), best fit: " + _summary(roofline),
         highlight=False,
     )
+    if json_out is not None:
+        refit_errors = relative_errors(spec, rows, shapes, **fitted)
+        out = {
+            "gpu": gpu,
+            "files": [path.name for path in paths],
+            "rows": [
+                {
+                    "model": row.model,
+                    "context": row.context,
+                    "batch": row.batch,
+                    "verified": row.verified,
+                    "measured_s": row.seconds,
+                    "estimate_s": row.seconds * (1 + float(error)),
+                    "error": float(error),
+                }
+                for row, error in zip(rows, defaults, strict=True)
+            ],
+            "defaults": {"fields": fields, **_errors(defaults)},
+            "refit": {"fields": fitted, **_errors(refit_errors)},
+            "held_out": held_json,
+            "roofline_max": _errors(roofline),
+        }
+        json_out.write_text(json.dumps(out, indent=1) + "\n")
+        console.print(f"wrote {json_out}", highlight=False)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ WINDOW_SEEDED = "dev-openhands-window-1024-seeded.json.gz"
 #: Decoding steps timed on one H200 (docs/speed.md).
 STEPS = "h200-step-times.json"
 STEPS_70B = "h200-step-times-70b-40-layers.json"
+#: The speed model against those steps: its defaults, refits and the textbook roofline (docs/speed.md).
+CALIBRATION = "h200-speed-calibration.json"
 #: The live benchmark on the real model, on this project's 2-core CPU (docs/bench.md).
 LIVE = "live-smollm2-cpu.json"
 #: One pass of candidate drafters beside the real model's step, on the same CPU (docs/engine.md).
@@ -117,6 +119,10 @@ COMMANDS: dict[str, str] = {
     },
     STEPS: "python benchmarks/gpu_step_time.py --models 8b,32b --out h200-step-times.json",
     STEPS_70B: "python benchmarks/gpu_step_time.py --models 70b --layers 40 --out h200-step-times-70b-40-layers.json",
+    CALIBRATION: (
+        "python benchmarks/speed_calibration.py benchmarks/results/h200-step-times.json"
+        " benchmarks/results/h200-step-times-70b-40-layers.json --gpu h200 --json h200-speed-calibration.json"
+    ),
     LIVE: "python benchmarks/live_bench.py --cache-dir .cache/real-model --runs 3 --json live-smollm2-cpu.json",
     DRAFTER_COST: (
         "python benchmarks/drafter_cost.py --cache-dir .cache/real-model --json drafter-cost-smollm2-cpu.json"
@@ -824,13 +830,26 @@ def figures() -> Iterator[Figure]:
         *((m.map(lambda f: f / 1e12, "TFLOP/s"), ".0f") for m in matmul),
         *((m.map(lambda f: f / 989e12 * 100, "% of 989 TFLOP/s"), ".0f") for m in matmul),
     )
-    for name, file, shape in (("8B", STEPS, "8b"), ("32B", STEPS, "32b"), ("70B, 40 layers", STEPS_70B, "70b-40l")):
-        for context, batch, verified in SPEED_ROWS[shape]:
-            yield fig(
-                "speed.md",
-                f"| {name} | {context:,} | {batch} | {verified} | {{}} |",
-                (step_ms(file, shape, context, batch, verified), F1),
-            )
+    yield fig(
+        "speed.md",
+        "the sum comes within {}% RMS of the measured steps; the maximum, at its best fit, within {}%, and it"
+        " underestimates by up to {}%",
+        (percent(Get(CALIBRATION, ("defaults", "rms"))), F1),
+        (percent(Get(CALIBRATION, ("roofline_max", "rms"))), F1),
+        (percent(Get(CALIBRATION, ("roofline_max", "largest"))), ".0f"),
+    )
+    for field in ("memory_efficiency", "kv_efficiency", "compute_efficiency"):
+        yield fig("speed.md", f"| `{field}` | {{}} |", (Get(CALIBRATION, ("refit", "fields", field)), F2))
+    yield fig(
+        "speed.md",
+        "| `layer_overhead_s` | {} µs |",
+        (Get(CALIBRATION, ("refit", "fields", "layer_overhead_s")).map(lambda v: v * 1e6, "µs from s"), ".0f"),
+    )
+    yield fig(
+        "speed.md",
+        "while a plain device copy reached {}% of the datasheet bandwidth",
+        (Get(STEPS, ("probe", "copy_bytes_per_s")).map(lambda b: b / 4.8e12 * 100, "% of 4.8 TB/s"), ".0f"),
+    )
 
 
 def index_cost(field: str, policy: dict[str, Any] | None = None) -> Get:
@@ -1066,12 +1085,13 @@ DEV_SOURCES = (
     "codet",
 )
 
-#: The rows of speed.md's table of measured steps, (context, batch, verified) per shape.
+#: The rows of speed.md's table of measured steps, (context, batch, verified) per shape, and how it names the shape.
 SPEED_ROWS: dict[str, tuple[tuple[int, int, int], ...]] = {
     "8b": ((8192, 1, 1), (8192, 1, 16), (8192, 8, 16), (8192, 32, 1), (8192, 32, 16), (8192, 64, 1), (8192, 64, 16)),
     "32b": ((2048, 1, 1), (2048, 32, 16), (2048, 128, 16)),
     "70b-40l": ((8192, 1, 1), (8192, 32, 16)),
 }
+SHAPE_NAMES = {"8b": "8B", "32b": "32B", "70b-40l": "70B, 40 layers"}
 
 
 # ---------------------------------------------------------------------------- tables
@@ -1341,6 +1361,55 @@ def table_window_seeding(results: Results) -> str:
         base, ours = (_rec(results, file, run, p, source) for p in (BASE, OURS))
         lines.append(_row([label, f"{base['al']:.3f}", f"{ours['al']:.3f}", f"{ours['al_vs_baseline']:.3f}×"]))
     return "\n".join(lines) + "\n" + _from(TARGETS, WINDOW, WINDOW_SEEDED)
+
+
+def table_calibration(results: Results) -> str:
+    """docs/speed.md: the speed model's RMS and largest error on the H200's steps, with its
+    defaults, refitted without one model shape or one context, and as the textbook roofline."""
+    data = results.json(CALIBRATION)
+
+    def pct(v: float) -> str:
+        return f"{v * 100:.1f}%"
+
+    def spread(kind: str) -> list[str]:
+        held = [h for h in data["held_out"] if h["kind"] == kind]
+        low, high = min(h["rms"] for h in held), max(h["rms"] for h in held)
+        return [f"{low * 100:.1f}–{pct(high)}", pct(max(h["largest"] for h in held))]
+
+    lines = _header("", "RMS error", "largest error")
+    d, r = data["defaults"], data["roofline_max"]
+    lines.append(_row(["the model with its defaults (the fit of these steps)", pct(d["rms"]), pct(d["largest"])]))
+    lines.append(_row(["fitted without one model shape, judged on it", *spread("model")]))
+    lines.append(_row(["fitted without one context, judged on it", *spread("context")]))
+    lines.append(_row(["textbook roofline (`max`, per-layer cost), at its best fit", pct(r["rms"]), pct(r["largest"])]))
+    return "\n".join(lines) + "\n" + _from(CALIBRATION)
+
+
+def table_calibration_rows(results: Results) -> str:
+    """docs/speed.md: some of the H200's steps, measured against the speed model's estimate
+    (the calibration must be of the step times committed beside it)."""
+    data = results.json(CALIBRATION)
+
+    def error(e: float) -> str:
+        points = round(e * 100)
+        return "0%" if points == 0 else f"{points:+d}%".replace("-", "−")
+
+    lines = _header("model", "context", "batch", "verified", "measured ms", "model ms", "error")
+    for shape, rows in SPEED_ROWS.items():
+        for context, batch, verified in rows:
+            (row,) = [
+                r
+                for r in data["rows"]
+                if (r["model"], r["context"], r["batch"], r["verified"]) == (shape, context, batch, verified)
+            ]
+            timed = step_ms(STEPS_70B if shape == "70b-40l" else STEPS, shape, context, batch, verified)(results)
+            if abs(row["measured_s"] * 1e3 - timed) > 1e-9:
+                raise ValueError(
+                    f"{CALIBRATION} is not of the steps timed now ({shape}, {context}, {batch}, {verified})"
+                )
+            cells = [f"{row['measured_s'] * 1e3:.1f}", f"{row['estimate_s'] * 1e3:.1f}", error(row["error"])]
+            lines.append(_row([SHAPE_NAMES[shape], f"{context:,}", f"{batch}", f"{verified}", *cells]))
+    return "\n".join(lines) + "\n" + _from(CALIBRATION)
 
 
 def table_live(results: Results) -> str:
@@ -1644,6 +1713,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "dev-speed": table_dev_speed,
     "slice-speed": table_slice_speed,
     "dev-window-seeding": table_window_seeding,
+    "h200-calibration": table_calibration,
+    "h200-calibration-rows": table_calibration_rows,
 }
 
 

@@ -90,7 +90,8 @@ def test_a_changed_step_time_fails_the_check(results: Path) -> None:
     _edit(results / figures.STEPS, change)
     done = _check("--results", str(results))
     assert done.returncode == 1
-    assert "speed.md: '| 8B | 8,192 | 1 | 1 | {} |' shows" in done.stderr
+    assert "engine.md: 'a step of one request costs {} ms with 1 verified token and {} ms with 16' shows" in done.stderr
+    assert "speed.md: table 'h200-calibration-rows' does not render from the results" in done.stderr
 
 
 def test_a_changed_hybrid_share_fails_the_check_and_changes_its_table(results: Path) -> None:
@@ -234,6 +235,25 @@ def test_the_window_and_seeding_table_is_made_from_the_json(results: Path) -> No
     assert done.returncode == 1
     assert "bench.md: 'On one server seeding gains nothing ({}× of the AL without it)' shows" in done.stderr
     assert figures.render_tables(marker, figures.Results(results)) != table
+
+
+def test_the_calibration_tables_and_figures_come_from_the_json(results: Path) -> None:
+    markers = "<!-- agentspec:table h200-calibration -->\n<!-- agentspec:table h200-calibration-rows -->"
+    tables = figures.render_tables(markers, figures.Results(RESULTS))
+    assert "| the model with its defaults (the fit of these steps) | 4.8% | 13.9% |" in tables
+    assert "| 32B | 2,048 | 128 | 16 | 269.4 | 234.3 | −13% |" in tables
+
+    def change(data: dict[str, Any]) -> None:
+        data["defaults"]["rms"] += 0.01
+        data["refit"]["fields"]["kv_efficiency"] = 0.7
+        data["rows"][0]["error"] += 0.1
+
+    _edit(results / figures.CALIBRATION, change)
+    done = _check("--results", str(results))
+    assert done.returncode == 1
+    assert "speed.md: 'the sum comes within {}% RMS of the measured steps" in done.stderr
+    assert "speed.md: '| `kv_efficiency` | {} |' shows 0.63" in done.stderr
+    assert figures.render_tables(markers, figures.Results(results)) != tables
 
 
 def test_the_rl_readme_figures_are_checked(results: Path) -> None:
