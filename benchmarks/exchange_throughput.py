@@ -2,7 +2,7 @@
 finishes outputs?
 
     python benchmarks/exchange_throughput.py [--outputs 20000] [--tokens 400] [--peers 7]
-        [--redis redis://HOST:PORT/DB]
+        [--redis redis://HOST:PORT/DB] [--json FILE]
 
 One replica publishes ``--outputs`` outputs of ``--tokens`` tokens as fast as it can (the
 engine's side of :meth:`RedisExchange.publish` is a queue append; its writer thread sends
@@ -17,13 +17,19 @@ It also times what the engine's thread pays to take outputs in: indexing ``--cat
 outputs (one poll's worth, as after a restart or an outage) into a draft index's global
 corpus, per token, against the step budget (``EngineSettings.exchange_step_budget_s``) that
 spreads such a catch-up over steps.
+
+``--json FILE`` writes the same figures, with the settings and the machine's load
+(docs/fleet.md's "Is Redis the bottleneck?").
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -97,6 +103,7 @@ def main() -> None:
     parser.add_argument("--peers", type=int, default=7, help="readers besides the publisher")
     parser.add_argument("--redis", help="a Redis URL; default: a redis-server started here")
     parser.add_argument("--catch-up", type=int, default=2_048, help="outputs indexed at once (one poll's most)")
+    parser.add_argument("--json", type=Path, help="write the figures as JSON here")
     args = parser.parse_args()
     server = None if args.redis else RedisServer().start()
     try:
@@ -125,6 +132,28 @@ def main() -> None:
         f" ({per_step / args.tokens:.0f} outputs): the catch-up takes"
         f" {max(1, math.ceil(cost['catch_up_s'] / budget_s))} steps"
     )
+    if args.json is not None:
+        out = {
+            "settings": {
+                "outputs": args.outputs,
+                "tokens": args.tokens,
+                "peers": args.peers,
+                "catch_up": args.catch_up,
+                "redis": "given" if args.redis else "redis-server on loopback",
+                "cpus": len(os.sched_getaffinity(0)),
+                "load_average": list(os.getloadavg()),
+            },
+            "transport": figures,
+            "engine": {"spec": "h100:8b", "concurrency": 64, "context": CONTEXT, "outputs_per_s": engine},
+            "catch_up": {
+                **cost,
+                "step_budget_s": budget_s,
+                "tokens_per_step": per_step,
+                "outputs_per_step": per_step / args.tokens,
+            },
+        }
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

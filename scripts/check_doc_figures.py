@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -57,6 +58,8 @@ STEPS = "h200-step-times.json"
 STEPS_70B = "h200-step-times-70b-40-layers.json"
 #: The speed model against those steps: its defaults, refits and the textbook roofline (docs/speed.md).
 CALIBRATION = "h200-speed-calibration.json"
+#: The Redis exchange's throughput and the cost of indexing peers' outputs (docs/fleet.md).
+EXCHANGE_THROUGHPUT = "exchange-throughput.json"
 #: The live benchmark on the real model, on this project's 2-core CPU (docs/bench.md).
 LIVE = "live-smollm2-cpu.json"
 #: One pass of candidate drafters beside the real model's step, on the same CPU (docs/engine.md).
@@ -123,6 +126,7 @@ COMMANDS: dict[str, str] = {
         "python benchmarks/speed_calibration.py benchmarks/results/h200-step-times.json"
         " benchmarks/results/h200-step-times-70b-40-layers.json --gpu h200 --json h200-speed-calibration.json"
     ),
+    EXCHANGE_THROUGHPUT: "python benchmarks/exchange_throughput.py --json exchange-throughput.json",
     LIVE: "python benchmarks/live_bench.py --cache-dir .cache/real-model --runs 3 --json live-smollm2-cpu.json",
     DRAFTER_COST: (
         "python benchmarks/drafter_cost.py --cache-dir .cache/real-model --json drafter-cost-smollm2-cpu.json"
@@ -814,6 +818,53 @@ def figures() -> Iterator[Figure]:
         (aider[3], F2),
     )
 
+    # fleet.md: the exchange's throughput, benchmarks/exchange_throughput.py
+    catch_up = Get(EXCHANGE_THROUGHPUT, ("catch_up", "catch_up_s"))
+    per_token = Get(EXCHANGE_THROUGHPUT, ("catch_up", "us_per_token"))
+    steps = Calc(
+        lambda s, budget: float(max(1, math.ceil(s / budget))),
+        (catch_up, Get(EXCHANGE_THROUGHPUT, ("catch_up", "step_budget_s"))),
+        "steps of the budget",
+    )
+    yield fig(
+        "fleet.md",
+        "Indexing a peer's output costs about {} µs per token (see [below](#is-redis-the-bottleneck)), so a catch-up"
+        " of 2 048 outputs of 400 tokens done in one step would hold every request in the batch for {} s; spread out,"
+        " it takes {} steps of 10 ms each.",
+        (per_token, F1),
+        (catch_up, F1),
+        (steps, ".0f"),
+    )
+    eight_engines = Get(EXCHANGE_THROUGHPUT, ("engine", "outputs_per_s")).map(lambda o: o * 8, "eight engines")
+    yield fig(
+        "fleet.md",
+        "on one core of a 2-core machine that other work kept busy (load average {}), measured:",
+        (Get(EXCHANGE_THROUGHPUT, ("settings", "load_average", 0)), F1),
+    )
+    yield fig(
+        "fleet.md",
+        "`publish()` cost the engine {} µs per output in this run",
+        (Get(EXCHANGE_THROUGHPUT, ("transport", "publish_call_us")), F1),
+    )
+    yield fig(
+        "fleet.md",
+        "indexing them into the global corpus took {} µs per token ({} outputs of {} tokens in {} ms), so the 10 ms"
+        " step budget takes in about {} tokens, {} such outputs, per step. Eight engines like the one in the table"
+        " finish about {} outputs per second between them",
+        (per_token, F2),
+        (Get(EXCHANGE_THROUGHPUT, ("settings", "catch_up")), ".0f"),
+        (Get(EXCHANGE_THROUGHPUT, ("settings", "tokens")), ".0f"),
+        (catch_up.map(lambda s: s * 1e3, "ms from s"), ",.0f"),
+        (Get(EXCHANGE_THROUGHPUT, ("catch_up", "tokens_per_step")).map(lambda t: round(t, -2), "hundreds"), ",.0f"),
+        (Get(EXCHANGE_THROUGHPUT, ("catch_up", "outputs_per_step")), ".0f"),
+        (eight_engines, ".0f"),
+    )
+    yield fig(
+        "fleet.md",
+        "15 outputs of 400 tokens are {} KB/s",
+        (eight_engines.map(lambda o: round(o) * 400 * 4 / 1e3, "KB/s of 4-byte tokens"), ".0f"),
+    )
+
     # speed.md: the development set's tokens/s estimate, and the H200 step times (benchmarks/gpu_step_time.py)
     yield from speed_slice_figures()
     yield from speed_dev_figures()
@@ -1412,6 +1463,21 @@ def table_calibration_rows(results: Results) -> str:
     return "\n".join(lines) + "\n" + _from(CALIBRATION)
 
 
+def table_exchange_throughput(results: Results) -> str:
+    """docs/fleet.md: outputs per second through the Redis exchange, against an engine's."""
+    data = results.json(EXCHANGE_THROUGHPUT)
+    t, e = data["transport"], data["engine"]
+    lines = _header("", "outputs/s")
+    lines.append(_row(["sent by one replica", f"{t['sent_per_s']:,.0f}"]))
+    lines.append(_row([f"read by each of {data['settings']['peers']} replicas", f"{t['read_per_s']:,.0f}"]))
+    engine = (
+        f"one engine finishes (speed model: 8B on an H100, {e['concurrency']} requests in flight,"
+        f" {e['context'] // 1000}k context)"
+    )
+    lines.append(_row([engine, f"{e['outputs_per_s']:.1f}"]))
+    return "\n".join(lines) + "\n" + _from(EXCHANGE_THROUGHPUT)
+
+
 def table_live(results: Results) -> str:
     """docs/bench.md: tokens/s, AL and acceptance per server and workload on the real model."""
     data = results.json(LIVE)
@@ -1715,6 +1781,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "dev-window-seeding": table_window_seeding,
     "h200-calibration": table_calibration,
     "h200-calibration-rows": table_calibration_rows,
+    "exchange-throughput": table_exchange_throughput,
 }
 
 

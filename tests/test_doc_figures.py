@@ -256,6 +256,23 @@ def test_the_calibration_tables_and_figures_come_from_the_json(results: Path) ->
     assert figures.render_tables(markers, figures.Results(results)) != tables
 
 
+def test_the_exchange_throughput_comes_from_its_json(results: Path) -> None:
+    marker = "<!-- agentspec:table exchange-throughput -->"
+    table = figures.render_tables(marker, figures.Results(RESULTS))
+    assert table.startswith("|  | outputs/s |")
+    assert "| read by each of 7 replicas | " in table and "exchange_throughput.py --json" in table
+
+    def change(data: dict[str, Any]) -> None:
+        data["catch_up"]["us_per_token"] += 0.5
+        data["transport"]["read_per_s"] += 1000
+
+    _edit(results / figures.EXCHANGE_THROUGHPUT, change)
+    done = _check("--results", str(results))
+    assert done.returncode == 1
+    assert "fleet.md: \"Indexing a peer's output costs about {} µs per token" in done.stderr
+    assert figures.render_tables(marker, figures.Results(results)) != table
+
+
 def test_the_rl_readme_figures_are_checked(results: Path) -> None:
     def change(data: dict[str, Any]) -> None:
         data["sources"]["tot"]["al"]["agentspec, kept"] += 0.01
