@@ -68,6 +68,9 @@ DRAFTER_COST = "drafter-cost-smollm2-cpu.json"
 #: benchmark with it: vLLM's eagle3 with the head alone, and agentspec's hybrid.
 DRAFTER_TRAIN = "drafter-train-smollm2-cpu.json"
 LIVE_DRAFTER = "live-drafter-smollm2-cpu.json"
+#: The replay with that head (agentspec bench --drafter) of the real model's own answers on
+#: the live benchmark's workloads (docs/drafter.md).
+REPLAY_DRAFTER = "replay-drafter-smollm2-cpu.json"
 #: The hybrid's addressable share on the development set (docs/engine.md).
 HYBRID_SHARE = "dev-hybrid-share.json"
 #: The draft policy's sweep on 20 trajectories of five sources of the development set (docs/policy.md).
@@ -142,6 +145,13 @@ COMMANDS: dict[str, str] = {
         "python benchmarks/live_bench.py --cache-dir .cache/real-model"
         " --servers none,vllm-suffix,eagle3,agentspec,hybrid --drafter own-head --runs 1"
         " --json live-drafter-smollm2-cpu.json"
+    ),
+    REPLAY_DRAFTER: (
+        "agentspec bench --data own-slice.jsonl --drafter own-head"
+        " --target .cache/real-model/smollm2-135m-instruct-b179c9523d0e-v1 --concurrency 4"
+        " --json replay-drafter-smollm2-cpu.json (own-slice.jsonl: python benchmarks/live_bench.py"
+        " --cache-dir .cache/real-model --servers none --workloads dev,loop --sessions 4 --turns 3 --max-tokens 96"
+        " --window 1536 --concurrency 4 --runs 1 --transcripts own-slice.jsonl)"
     ),
     HYBRID_SHARE: (
         "python benchmarks/hybrid_share.py --data data/trajectories-dev.jsonl.gz --jobs 1 --json dev-hybrid-share.json"
@@ -455,6 +465,52 @@ def figures() -> Iterator[Figure]:
         "drafter.md",
         "trained for 150 steps on {} output tokens",
         (Get(DRAFTER_TRAIN, ("result", "output_tokens")), ",.0f"),
+    )
+
+    # drafter.md: the replay with the trained head
+    def replayed(proposer: str, source: str = ALL, field: str = "al") -> Get:
+        return record(REPLAY_DRAFTER, None, proposer, source, field)
+
+    hybrid_counters = ("records", {"proposer": "agentspec-hybrid", "source": ALL}, "counters")
+    yield fig(
+        "drafter.md",
+        "the hybrid's AL is {} against\n  {} for the index alone ({}x). On the repair loops it is {}\n  against {}.",
+        (replayed("agentspec-hybrid", "live-dev"), F2),
+        (replayed(OURS, "live-dev"), F2),
+        (ratio(replayed("agentspec-hybrid", "live-dev"), replayed(OURS, "live-dev")), F2),
+        (replayed("agentspec-hybrid", "live-loop"), F2),
+        (replayed(OURS, "live-loop"), F2),
+    )
+    yield fig(
+        "drafter.md",
+        "Live, the same workloads gave {} against {}, and {} against\n  {} (the table above)",
+        (live_drafter("dev", "hybrid", "al"), F2),
+        (live_drafter("dev", OURS, "al"), F2),
+        (live_drafter("loop", "hybrid", "al"), F2),
+        (live_drafter("loop", OURS, "al"), F2),
+    )
+    yield fig(
+        "drafter.md",
+        "its AL is {} against {} overall",
+        (replayed("agentspec-hybrid-arctic"), F2),
+        (replayed("agentspec-hybrid"), F2),
+    )
+    yield fig(
+        "drafter.md",
+        "the head's accepted drafts made {} of the tokens those steps decoded",
+        (
+            ratio(
+                Get(REPLAY_DRAFTER, (*hybrid_counters, "hard_step_model_accepted_tokens")),
+                Get(REPLAY_DRAFTER, (*hybrid_counters, "hard_step_tokens")),
+            ),
+            F3,
+        ),
+    )
+    yield fig("drafter.md", "The run took {} s on two CPU cores", (Get(REPLAY_DRAFTER, ("settings", "wall_s")), ".0f"))
+    yield fig(
+        "drafter.md",
+        "for {} calls: the target runs three times",
+        (replayed("none", ALL, "calls"), ".0f"),
     )
 
     # engine.md: what a drafter's pass costs beside the real model's step
@@ -1591,6 +1647,55 @@ def table_live_drafter(results: Results) -> str:
     return "\n".join(lines) + "\n" + note + _from(LIVE_DRAFTER)
 
 
+#: The replay with a trained head: its proposers in the order the table shows them.
+REPLAY_DRAFTER_PROPOSERS = (
+    "none",
+    "vllm-suffix",
+    "drafter",
+    "agentspec",
+    "agentspec-hybrid-arctic",
+    "agentspec-hybrid",
+)
+
+
+def table_replay_drafter(results: Results) -> str:
+    """docs/drafter.md: agentspec bench --drafter on the real model's own answers."""
+    data = results.json(REPLAY_DRAFTER)
+    by = {(r["proposer"], r["source"]): r for r in data["records"]}
+    lines = _header(
+        "workload", "proposer", "AL", "vs index alone", "acceptance", "model drafts", "passes skipped",
+        "share recovered",
+    )  # fmt: skip
+    for source in [*data["settings"]["trajectories"], ALL]:
+        index = by[(OURS, source)]["al"]
+        for proposer in REPLAY_DRAFTER_PROPOSERS:
+            r = by[(proposer, source)]
+            c = r.get("counters") or {}
+            steps = c.get("drafter_runs", 0) + c.get("drafter_runs_skipped", 0)
+            lines.append(
+                _row(
+                    [source.removeprefix("live-"), proposer, f"{r['al']:.2f}", f"{r['al'] / index:.2f}",
+                     f"{r['acceptance_rate']:.3f}" if proposer != "none" else "-",
+                     f"{c['model_drafts']:,}" if c else "-",
+                     f"{c['drafter_runs_skipped'] / steps:.3f}" if c else "-",
+                     f"{c['hard_step_model_accepted_tokens'] / c['hard_step_tokens']:.3f}" if c else "-"]
+                )
+            )  # fmt: skip
+    counts = data["settings"]["trajectories"]
+    sizes = "; ".join(
+        f"{source.removeprefix('live-')}: {n} sessions, {by[('none', source)]['calls']} calls,"
+        f" {by[('none', source)]['output_tokens']:,} output tokens"
+        for source, n in counts.items()
+    )
+    note = (
+        f"\n*The real model's own greedy answers, replayed ({sizes}); the head drafts"
+        f" {data['settings']['proposer_settings']['drafter']['tokens']} tokens. Passes skipped: the steps on which no"
+        " model draft was sent; share recovered: model-accepted tokens over the tokens decoded on the steps where the"
+        " index expected fewer than 2.*"
+    )
+    return "\n".join(lines) + "\n" + note + _from(REPLAY_DRAFTER)
+
+
 def drafter_pass(name: str) -> Get:
     """benchmarks/drafter_cost.py: one pass's cost over the target's step."""
     return Get(DRAFTER_COST, ("rows", {"pass": name}, "vs_target_step"))
@@ -1774,6 +1879,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "drafter-cost-smollm2-cpu": table_drafter_cost,
     "drafter-train-smollm2-cpu": table_drafter_train,
     "live-drafter-smollm2-cpu": table_live_drafter,
+    "replay-drafter-smollm2-cpu": table_replay_drafter,
     "dev-hybrid-share": table_hybrid_share,
     "dev-policy-sweep": table_policy_sweep,
     "dev-chooser-fit": table_chooser_fit,

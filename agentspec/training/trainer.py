@@ -154,26 +154,21 @@ def _settings_differ(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]
     return sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
 
 
-def train_drafter(
-    config: DrafterTrainingConfig,
-    progress: Progress | None = None,
-    stage: Stage | None = None,
-) -> TrainingResult:
-    """Train an EAGLE-3 head for ``config.target`` on ``config.data`` and write it to
-    ``config.out`` (resuming a stopped run there under the same settings)."""
-    say = stage or (lambda _: None)
-    torch.manual_seed(config.seed)
-    checkpoint_path = config.out / CHECKPOINT
-    state: dict[str, Any] | None = None
-    if checkpoint_path.exists():
-        state = torch.load(checkpoint_path, weights_only=False, map_location="cpu")
-        differ = _settings_differ(state["settings"], config.run_settings())
-        if differ:
-            raise TrainingError(
-                f"{config.out} holds a run with other settings ({', '.join(differ)}): pass another --out,"
-                " or remove it to start over"
-            )
+@dataclass
+class _Prepared:
+    """What a run trains on: the target, its tokenizer, and the examples."""
 
+    target: TargetModel
+    tokenizer: Any
+    tenants: set[str]
+    train: list[Example]
+    held: list[Example]
+    vocab: int
+    aux_layers: tuple[int, ...]
+
+
+def _prepare(config: DrafterTrainingConfig, say: Stage) -> _Prepared:
+    """Read and check the corpus and the target, and make the examples."""
     say("reading the trajectories")
     corpus = load_corpus(config.data, config.tenant, config.all_tenants)
     if not any(t.turns for t in corpus.trajectories):
@@ -227,9 +222,16 @@ def train_drafter(
         )
 
     train, held = examples(train_calls), examples(held_calls)
+    aux = tuple(aux_layers)
+    return _Prepared(target, tokenizer, set(corpus.tenants), train, held, vocab, aux)
 
+
+def _new_head(config: DrafterTrainingConfig, data: _Prepared) -> Eagle3Head:
+    """A head for the target, its draft vocabulary the outputs' most frequent tokens, its
+    output layer and final norm started from the target's."""
+    target, tokenizer = data.target, data.tokenizer
     keep = [t for t in (tokenizer.eos_token_id, tokenizer.bos_token_id) if t is not None]
-    draft_ids = _draft_vocabulary(train, config.draft_vocab, vocab, keep)
+    draft_ids = _draft_vocabulary(data.train, config.draft_vocab, data.vocab, keep)
     c = target.config
     shape = HeadShape(
         hidden_size=int(c.hidden_size),
@@ -238,7 +240,7 @@ def train_drafter(
         num_key_value_heads=int(c.num_key_value_heads),
         head_dim=int(getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads),
         rms_norm_eps=float(c.rms_norm_eps),
-        aux_layers=tuple(aux_layers),
+        aux_layers=data.aux_layers,
         draft_vocab_size=len(draft_ids),
     )
     head = Eagle3Head(shape).to(target.device)
@@ -247,6 +249,11 @@ def train_drafter(
         # Start from the target's own output layer and final norm (its token space).
         head.lm_head.weight.copy_(target.output_weight()[draft_ids])
         head.norm.weight.copy_(target.model.get_decoder().norm.weight)
+    return head
+
+
+def _optimizer(head: Eagle3Head, config: DrafterTrainingConfig) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW with a warm-up and a linear decay to a tenth."""
     optimizer = torch.optim.AdamW(
         [
             {"params": [p for name, p in head.named_parameters() if name != "lm_head.weight"]},
@@ -260,6 +267,33 @@ def train_drafter(
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / warmup) * max(0.1, 1 - s / config.steps)
     )
+    return optimizer, schedule
+
+
+def train_drafter(
+    config: DrafterTrainingConfig,
+    progress: Progress | None = None,
+    stage: Stage | None = None,
+) -> TrainingResult:
+    """Train an EAGLE-3 head for ``config.target`` on ``config.data`` and write it to
+    ``config.out`` (resuming a stopped run there under the same settings)."""
+    say = stage or (lambda _: None)
+    torch.manual_seed(config.seed)
+    checkpoint_path = config.out / CHECKPOINT
+    state: dict[str, Any] | None = None
+    if checkpoint_path.exists():
+        state = torch.load(checkpoint_path, weights_only=False, map_location="cpu")
+        differ = _settings_differ(state["settings"], config.run_settings())
+        if differ:
+            raise TrainingError(
+                f"{config.out} holds a run with other settings ({', '.join(differ)}): pass another --out,"
+                " or remove it to start over"
+            )
+
+    data = _prepare(config, say)
+    target, train, held = data.target, data.train, data.held
+    head = _new_head(config, data)
+    optimizer, schedule = _optimizer(head, config)
 
     untrained = score_head(head, target, held, config.passes) if held and state is None else None
     step, position_in_epoch, epoch = 0, 0, 0
@@ -308,21 +342,21 @@ def train_drafter(
         held_out_examples=len(held),
         output_tokens=sum(e.output_tokens for e in train),
         hard_tokens=sum(e.hard_tokens for e in train),
-        tenants=sorted(corpus.tenants),
+        tenants=sorted(data.tenants),
         final_loss=loss_value,
         untrained=untrained,
         trained=trained,
     )
     metadata = {
         "target": config.target.name,
-        "tenants": sorted(corpus.tenants),
+        "tenants": sorted(data.tenants),
         "steps": step,
         "passes": config.passes,
         "trained_output_tokens": result.output_tokens,
         "held_out": asdict(trained) if trained else None,
     }
     save_head(head, target.config.to_dict(), config.out, metadata)
-    tokenizer.save_pretrained(str(config.out))
+    data.tokenizer.save_pretrained(str(config.out))
     (config.out / "training.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
     return result
 

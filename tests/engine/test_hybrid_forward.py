@@ -3,7 +3,7 @@ with an EAGLE head (one layer on the target's hidden states, random weights) and
 EAGLE-3 head (one layer on three of the target's layers' hidden states, random weights).
 
 The draft model's forward passes are counted by wrapping the model itself in an offline
-vLLM engine (``hybrid_probe.py``, in its own process), not by agentspec's counters: a step
+vLLM engine (``agentspec.testing.hybrid_probe``, in its own process), not by agentspec's counters: a step
 where every request takes the index's draft must run the draft model once (its first pass,
 which keeps its KV cache current), and a step where some request takes the model's draft
 runs it ``num_tokens`` times. Greedy outputs must equal plain vLLM's. The same holds
@@ -13,9 +13,6 @@ allows no draft, the draft model runs its first pass only.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,25 +20,13 @@ import httpx
 import pytest
 from engine_helpers import PROMPTS, completion_ok
 
+from agentspec.testing.hybrid_probe import run_hybrid_probe
 from agentspec.testing.pytest_plugin import server_python
+from agentspec.testing.server_kinds import build_with_server_python
 
 pytestmark = pytest.mark.server
 
-PROBE = Path(__file__).with_name("hybrid_probe.py")
 NUM_TOKENS = 4
-
-
-def _build(builder: str, target: Path) -> Path:
-    code = f"import sys; from agentspec.testing.tiny_model import {builder}; print({builder}(sys.argv[1]))"
-    out = subprocess.run(
-        [server_python() or sys.executable, "-c", code, str(target)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    return Path(out.stdout.strip().splitlines()[-1])
 
 
 def _tokens(base: str, text: str) -> list[int]:
@@ -51,26 +36,8 @@ def _tokens(base: str, text: str) -> list[int]:
 
 
 def _probe(target: Path, drafter: Path, tmp_path: Path, request: dict[str, Any]) -> dict[str, Any]:
-    """Run ``hybrid_probe.py`` on ``request`` and return its result."""
-    request_path = tmp_path / "request.json"
-    request_path.write_text(json.dumps({"num_tokens": NUM_TOKENS, **request}))
-    result_path = tmp_path / "result.json"
-    run = subprocess.run(
-        [
-            server_python() or sys.executable,
-            str(PROBE),
-            str(target),
-            str(drafter),
-            str(request_path),
-            str(result_path),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return json.loads(result_path.read_text())
+    """Run the hybrid probe on ``request`` and return its result."""
+    return run_hybrid_probe(target, drafter, {"num_tokens": NUM_TOKENS, **request}, tmp_path, server_python())
 
 
 def _reference(base: str, prompts: list[list[int]], max_tokens: list[int]) -> list[list[int]]:
@@ -98,7 +65,7 @@ def test_drafter_passes_follow_the_paths_and_outputs_equal_plain_vllm(
     proposer: str,
     drafter_model: str,
 ) -> None:
-    drafter = _build(builder, tiny_model_dir)
+    drafter = build_with_server_python(builder, tiny_model_dir)
     # Prompts that repeat themselves (the index drafts their next copy) and one that
     # does not (only the model can draft it); fewer than the batch budget's full size.
     texts = [p * 3 for p in PROMPTS[:4]] + [PROMPTS[4]]
@@ -134,7 +101,7 @@ def test_vllms_batch_size_schedule_caps_the_hybrid(plain_server, tiny_model_dir:
     here 8 tokens for a request alone and none for two or more. Where it allows none, no
     request drafts and the draft model runs only its first pass (which keeps its KV
     cache current for later steps)."""
-    drafter = _build("build_tiny_drafter", tiny_model_dir)
+    drafter = build_with_server_python("build_tiny_drafter", tiny_model_dir)
     texts = [p * 3 for p in PROMPTS[:4]]
     prompts = [_tokens(plain_server.url, t) for t in texts]
     # The last request runs on alone once the others are done: drafts resume then.

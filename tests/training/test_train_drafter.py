@@ -6,8 +6,6 @@ index with greedy outputs equal to plain vLLM's."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +15,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from agentspec.testing.hybrid_probe import run_hybrid_probe  # noqa: E402
 from agentspec.testing.pytest_plugin import server_python  # noqa: E402
 from agentspec.training.config import DrafterTrainingConfig  # noqa: E402
 from agentspec.training.trainer import TrainingResult, train_drafter  # noqa: E402
-
-PROBE = Path(__file__).parents[1] / "engine" / "hybrid_probe.py"
 
 #: User messages for the tiny model (its tokenizer learned Python's standard library).
 TASKS = [
@@ -179,25 +176,8 @@ def test_vllm_loads_the_trained_head_beside_the_index_with_plain_greedy_outputs(
         httpx.post(plain_server.url + "/tokenize", json={"model": "tiny", "prompt": p * 2}, timeout=30).json()["tokens"]
         for p in TASKS[:4]
     ]
-    request = tmp_path / "request.json"
-    request.write_text(json.dumps({"prompts": prompts, "max_tokens": 32, "num_tokens": 3, "method": "eagle3"}))
-    result_path = tmp_path / "result.json"
-    run = subprocess.run(
-        [
-            server_python() or sys.executable,
-            str(PROBE),
-            str(tiny_model_dir),
-            trained.out,
-            str(request),
-            str(result_path),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    result = json.loads(result_path.read_text())
+    request = {"prompts": prompts, "max_tokens": 32, "num_tokens": 3, "method": "eagle3"}
+    result = run_hybrid_probe(tiny_model_dir, trained.out, request, tmp_path, server_python())
     assert (result["proposer"], result["drafter_model"]) == ("HybridEagleProposer", "Eagle3LlamaForCausalLM")
     reference = []
     for p in prompts:

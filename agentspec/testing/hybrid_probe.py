@@ -1,7 +1,9 @@
 """Runs hybrid drafting in one process (vLLM's offline ``LLM``) and counts the draft
 model's forward passes by wrapping the model itself, not through agentspec's counters.
 
-    python hybrid_probe.py TARGET DRAFTER REQUEST.json RESULT.json
+    python -m agentspec.testing.hybrid_probe TARGET DRAFTER REQUEST.json RESULT.json
+
+or from a test, :func:`run_hybrid_probe`.
 
 REQUEST.json: ``{"prompts": [[token ids], ...], "max_tokens": N or [N per prompt],
 "num_tokens": K, "method": "draft_model" | "eagle" | "eagle3", "speculative_config": {more
@@ -9,16 +11,48 @@ keys, optional}}``.
 RESULT.json gets the proposer's and the draft model's classes, the greedy outputs (token
 ids), the forward passes of the draft model, the proposer's calls (and per call: the draft
 length vLLM allowed, the forward passes, the longest draft returned), and the proposer's
-own counters, for
-``tests/engine/test_hybrid_forward.py``. A separate process because the engine runs in it
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``), with agentspec's plugin on.
+own counters (``tests/engine/test_hybrid_forward.py``, ``tests/training/``). A separate
+process because the engine runs in it (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), with
+agentspec's plugin on.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
+from typing import Any
+
+
+def run_hybrid_probe(
+    target: Path, drafter: Path | str, request: dict[str, Any], workdir: Path, python: str | None = None
+) -> dict[str, Any]:
+    """Run the probe on ``request`` in a process of its own (``python``: the interpreter
+    with vLLM, default this one) and return its result; AssertionError with its output's
+    tail when it fails."""
+    request_path = workdir / "probe-request.json"
+    request_path.write_text(json.dumps(request))
+    result_path = workdir / "probe-result.json"
+    run = subprocess.run(
+        [
+            python or sys.executable,
+            "-m",
+            "agentspec.testing.hybrid_probe",
+            str(target),
+            str(drafter),
+            str(request_path),
+            str(result_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result: dict[str, Any] = json.loads(result_path.read_text())
+    return result
 
 
 def main(target: str, drafter: str, request_path: str, result_path: str) -> None:
