@@ -5,6 +5,7 @@ inputs refused in one line before torch is imported."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -136,3 +137,15 @@ def test_a_head_for_another_target_is_refused_before_torch_is_imported(
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["2", "[]"], out.stdout + out.stderr
+
+
+def test_the_targets_tokenizer_keeps_special_token_text_as_text(tiny_model_dir: Path) -> None:
+    """As with Qwen2.5's: a message that spells ``<|im_start|>`` does not open a turn."""
+    from agentspec.replay.tokenized import HFTokenizer, tokenizer_digest
+
+    tok = HFTokenizer(tiny_model_dir)
+    start = tok.special("<|im_start|>")
+    assert start not in tok.encode("<|im_start|>user")
+    assert tok.name == tokenizer_digest(tiny_model_dir) and tok.name.startswith("hf-")
+    with pytest.raises(ValueError, match=re.escape("has no <|nope|> token; the replay renders calls in ChatML")):
+        tok.special("<|nope|>")
