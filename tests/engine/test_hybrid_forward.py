@@ -3,7 +3,7 @@ with an EAGLE head (one layer on the target's hidden states, random weights) and
 EAGLE-3 head (one layer on three of the target's layers' hidden states, random weights).
 
 The draft model's forward passes are counted by wrapping the model itself in an offline
-vLLM engine (``agentspec.testing.hybrid_probe``, in its own process), not by agentspec's counters: a step
+vLLM engine (``tests/hybrid_probe.py``, in its own process), not by agentspec's counters: a step
 where every request takes the index's draft must run the draft model once (its first pass,
 which keeps its KV cache current), and a step where some request takes the model's draft
 runs it ``num_tokens`` times. Greedy outputs must equal plain vLLM's. The same holds
@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 from engine_helpers import PROMPTS, completion_ok
+from hybrid_probe import run_hybrid_probe
 
-from agentspec.testing.hybrid_probe import run_hybrid_probe
 from agentspec.testing.pytest_plugin import server_python
 from agentspec.testing.server_kinds import build_with_server_python
 

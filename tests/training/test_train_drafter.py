@@ -15,7 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from agentspec.testing.hybrid_probe import run_hybrid_probe  # noqa: E402
+from hybrid_probe import run_hybrid_probe  # noqa: E402
+
 from agentspec.testing.pytest_plugin import server_python  # noqa: E402
 from agentspec.training.config import DrafterTrainingConfig  # noqa: E402
 from agentspec.training.trainer import TrainingResult, train_drafter  # noqa: E402

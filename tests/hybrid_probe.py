@@ -1,9 +1,11 @@
 """Runs hybrid drafting in one process (vLLM's offline ``LLM``) and counts the draft
 model's forward passes by wrapping the model itself, not through agentspec's counters.
 
-    python -m agentspec.testing.hybrid_probe TARGET DRAFTER REQUEST.json RESULT.json
+    python tests/hybrid_probe.py TARGET DRAFTER REQUEST.json RESULT.json
 
-or from a test, :func:`run_hybrid_probe`.
+or from a test, :func:`run_hybrid_probe` (``from hybrid_probe import run_hybrid_probe``:
+``tests/`` is on the tests' path). It is a test's tool, not the package's: only
+``agentspec.engine.vllm`` imports vLLM there.
 
 REQUEST.json: ``{"prompts": [[token ids], ...], "max_tokens": N or [N per prompt],
 "num_tokens": K, "method": "draft_model" | "eagle" | "eagle3", "speculative_config": {more
@@ -38,8 +40,7 @@ def run_hybrid_probe(
     run = subprocess.run(
         [
             python or sys.executable,
-            "-m",
-            "agentspec.testing.hybrid_probe",
+            str(Path(__file__)),
             str(target),
             str(drafter),
             str(request_path),
