@@ -143,7 +143,7 @@ COMMANDS: dict[str, str] = {
     ),
     LIVE_DRAFTER: (
         "python benchmarks/live_bench.py --cache-dir .cache/real-model"
-        " --servers none,vllm-suffix,eagle3,agentspec,hybrid --drafter own-head --runs 1"
+        " --servers none,vllm-suffix,eagle3,agentspec,hybrid,hybrid-arctic --drafter own-head --runs 1"
         " --json live-drafter-smollm2-cpu.json"
     ),
     REPLAY_DRAFTER: (
@@ -457,6 +457,18 @@ def figures() -> Iterator[Figure]:
         "fewer than the index alone ({}) and\n  than vLLM's suffix method ({}x)",
         (live_drafter("dev", OURS, "tokens_per_s"), F1),
         (live_drafter("dev", "hybrid", "vs_vllm_suffix"), F2),
+    )
+    yield fig(
+        "drafter.md",
+        "By Arctic Inference's rule the AL is {} on the conversations\n  and {} on the repair loops",
+        (live_drafter("dev", "hybrid-arctic", "al"), F2),
+        (live_drafter("loop", "hybrid-arctic", "al"), F2),
+    )
+    yield fig(
+        "drafter.md",
+        "its passes\n  are skipped on {} of the conversations' steps, against {})",
+        (live_drafter("dev", "hybrid-arctic", "drafter_skip_share"), F3),
+        (live_drafter("dev", "hybrid", "drafter_skip_share"), F3),
     )
     yield fig(
         "drafter.md", "slower than no\n  speculation at all ({}x)", (live_drafter("dev", "eagle3", "vs_none"), F2)
