@@ -274,7 +274,8 @@ class HeadDrafter:
         v = head.v_proj(x).view(1, t, s.num_key_value_heads, s.head_dim).transpose(1, 2)
         keys = k if cache_k is None else torch.cat([cache_k, k], dim=2)
         values = v if cache_v is None else torch.cat([cache_v, v], dim=2)
-        attn = _attend(q, keys, values, s.num_attention_heads // s.num_key_value_heads)
+        # Causal over the cache and the block: query i (position n - t + i) sees keys up to it.
+        attn = _attend_chains(q, keys, values, s.num_attention_heads // s.num_key_value_heads, keys.shape[2] - t, [])
         x = head.o_proj(attn.transpose(1, 2).reshape(1, t, -1)) + hidden
         m = head.post_attention_layernorm(x)
         prenorm = head.down_proj(F.silu(head.gate_proj(m)) * head.up_proj(m)) + x
@@ -284,22 +285,6 @@ class HeadDrafter:
 #: Queries per block of the head's attention: a long prompt's first pass is read in blocks,
 #: so its scores never hold more than this many rows at once.
 _QUERY_BLOCK = 512
-
-
-def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, rep: int) -> torch.Tensor:
-    """Causal attention of the block's ``t`` queries (the last ``t`` of ``n`` positions)."""
-    t, n = q.shape[2], keys.shape[2]
-    keys = keys.repeat_interleave(rep, 1)
-    values = values.repeat_interleave(rep, 1)
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    out = []
-    for lo in range(0, t, _QUERY_BLOCK):
-        hi = min(t, lo + _QUERY_BLOCK)
-        # Query i (position n - t + i) sees keys 0..n - t + i.
-        mask = torch.ones(hi - lo, n, dtype=torch.bool, device=q.device).tril(diagonal=n - t + lo)
-        scores = (q[:, :, lo:hi] @ keys.transpose(-1, -2)) * scale
-        out.append(torch.softmax(scores.masked_fill(~mask, float("-inf")), -1) @ values)
-    return torch.cat(out, dim=2)
 
 
 def _attend_chains(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import typer
 
 from agentspec.replay.calls import CallSpec, StaticCall, static_call
 
@@ -38,3 +39,18 @@ def two_turn_agent() -> list[list[StaticCall]]:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@pytest.fixture
+def app() -> typer.Typer:
+    """``agentspec bench`` alone, as a typer app (a second command keeps ``bench`` a subcommand)."""
+    from agentspec.replay.cli import bench
+
+    app = typer.Typer()
+    app.command()(bench)
+
+    @app.command()
+    def _unused() -> None:
+        pass
+
+    return app

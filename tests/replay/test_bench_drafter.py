@@ -18,23 +18,11 @@ from typer.testing import CliRunner
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from agentspec.replay.cli import DRAFTER_PROPOSERS, bench  # noqa: E402
+from agentspec.replay.cli import DRAFTER_PROPOSERS  # noqa: E402
 from agentspec.replay.model_drafting import HYBRID_COUNTERS  # noqa: E402
 from agentspec.testing.tiny_model import build_tiny_reduced_eagle3_head  # noqa: E402
 
 ANSWER = "def parse(text):\n    tokens = text.split()\n    return [t.strip() for t in tokens if t]\n"
-
-
-@pytest.fixture
-def app() -> typer.Typer:
-    app = typer.Typer()
-    app.command()(bench)
-
-    @app.command()
-    def _unused() -> None:  # two commands: typer keeps "bench" as a subcommand
-        pass
-
-    return app
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 
 from agentspec.replay import ReplayConfig, replay_workloads
 from agentspec.replay import hybrid_share as share
-from agentspec.replay.cli import bench
 from agentspec.replay.config import bundled_data
 from agentspec.replay.tokenized import TokenCache
 
@@ -102,18 +101,6 @@ def test_a_repeated_session_drafts_confidently(make_call) -> None:
 
 
 # --- agentspec bench --hybrid-share ---------------------------------------------------
-
-
-@pytest.fixture
-def app() -> typer.Typer:
-    app = typer.Typer()
-    app.command()(bench)
-
-    @app.command()
-    def _unused() -> None:  # two commands: typer keeps "bench" as a subcommand
-        pass
-
-    return app
 
 
 def run_bench(app: typer.Typer, cache_dir: Path, *args: str) -> str:

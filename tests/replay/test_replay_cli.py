@@ -11,8 +11,6 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from agentspec.replay.cli import bench
-
 RECORD_KEYS = {
     "proposer",
     "source",
@@ -25,18 +23,6 @@ RECORD_KEYS = {
     "propose_us_per_step",
 }
 PROPOSERS = ["none", "vllm-ngram", "vllm-suffix", "agentspec", "oracle"]
-
-
-@pytest.fixture
-def app() -> typer.Typer:
-    app = typer.Typer()
-    app.command()(bench)
-
-    @app.command()
-    def _unused() -> None:  # two commands: typer keeps "bench" as a subcommand
-        pass
-
-    return app
 
 
 def run(app: typer.Typer, tmp_path: Path, *args: str):
