@@ -2,8 +2,9 @@
 
 The tiny test model is random, so its next token means nothing; vLLM's structured outputs
 (a regular expression in the request body) make every answer a well-formed hermes tool
-call, and temperature 0 makes the run repeatable. The agent is OpenHands' own ``Agent``
-with its terminal and file-editor tools, run by OpenHands' ``Conversation``.
+call, and temperature 0 makes the run repeatable (on the real model the regex fixes only
+the call's format and leaves the command to the model). The agent is OpenHands' own
+``Agent`` with its terminal and file-editor tools, run by OpenHands' ``Conversation``.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class CodeAct:
 
     base_url: str
     workspace: Path
+    #: The served model name: ``tiny``, or the real model's (REAL_MODEL_NAME).
+    model: str = "tiny"
 
     def task(self, task_id: str, command: str = SUCCEEDING, **llm_fields: Any) -> AgentspecTask:
         fields: dict[str, Any] = {
@@ -76,7 +79,7 @@ class CodeAct:
         fields.update(llm_fields)
         return AgentspecTask(
             self.base_url,
-            "tiny",
+            self.model,
             task_id,
             temperature=0,
             extra_body={"structured_outputs": {"regex": tool_call_regex(command)}},
@@ -90,6 +93,7 @@ class CodeAct:
         *,
         condenser: CondenserBase | None = None,
         on_event: Callable[[Event], None] | None = None,
+        message: str = "The tests fail. Find out why and fix it.",
     ) -> tuple[TaskAttempt, Run]:
         agent = Agent(
             llm=task.llm(),
@@ -118,8 +122,9 @@ class CodeAct:
             visualizer=None,
         )
         run.conversation = conversation
-        conversation.send_message("The tests fail. Find out why and fix it.")
-        conversation.run()  # ends at max_iteration_per_run: the random model never finishes
+        conversation.send_message(message)
+        # Ends at max_iteration_per_run: under the tool-call regex no answer finishes.
+        conversation.run()
         return attempt, run
 
 

@@ -3,7 +3,9 @@
 - ``stub``: agentspec's stub server (real HTTP, the server's id and seed checks,
   per-session counters, injectable failures) for the unit tests;
 - ``workspace``: an empty folder for the agent's tools;
-- ``codeact``: real CodeAct conversations against ``agentspec serve`` (codeact_harness.py).
+- ``codeact``: real CodeAct conversations against ``agentspec serve`` (codeact_harness.py);
+- ``real_codeact``: the same on the real model (SmolLM2-135M-Instruct, agentspec's
+  ``agentspec_real_server``).
 
 The real servers come from agentspec's pytest plugin. This environment (Python 3.12,
 openhands-sdk) has no vLLM: ``$AGENTSPEC_SERVER_PYTHON`` names an interpreter that has
@@ -26,6 +28,7 @@ from typing import Any
 import pytest
 from codeact_harness import CodeAct
 
+from agentspec.testing.server_kinds import REAL_MODEL_NAME
 from agentspec.testing.stub import StubServer
 
 
@@ -50,3 +53,9 @@ def workspace(tmp_path: Path) -> Path:
 def codeact(agentspec_server: Any, workspace: Path) -> CodeAct:
     """Conversations straight to ``agentspec serve``."""
     return CodeAct(agentspec_server.url, workspace)
+
+
+@pytest.fixture
+def real_codeact(agentspec_real_server: Any, workspace: Path) -> CodeAct:
+    """Conversations straight to ``agentspec serve`` on the real model (SmolLM2-135M-Instruct)."""
+    return CodeAct(agentspec_real_server.url, workspace, model=REAL_MODEL_NAME)
