@@ -539,7 +539,12 @@ def write_transcripts(path: Path, transcript: dict[str, list[Sent]]) -> None:
                 f.write(json.dumps(record) + "\n")
 
 
-def launch(method: str, model: Path, log_dir: Path, drafter: Path | None = None) -> tuple[VLLMServer, Path | None]:
+def launch(
+    method: str, model: Path, log_dir: Path, drafter: Path | None = None, extra_env: dict[str, str] | None = None
+) -> tuple[VLLMServer, Path | None]:
+    """Start the server of ``method`` (one of :data:`SERVERS` or :data:`DRAFTER_SERVERS`) on
+    ``model``; with its step-log folder when it is ``agentspec``. ``extra_env``: e.g. the
+    cores it is bound to (``VLLM_CPU_OMP_THREADS_BIND``)."""
     args = [*REAL_MODEL_ARGS]
     spec = SPEC_CONFIGS.get(method)
     if method == "eagle3":
@@ -547,7 +552,13 @@ def launch(method: str, model: Path, log_dir: Path, drafter: Path | None = None)
         spec = {"method": "eagle3", "model": str(drafter), "num_speculative_tokens": DRAFTER_TOKENS}
     if spec is not None:
         args += ["--speculative-config", json.dumps(spec)]
-    common: dict[str, Any] = {"extra_args": args, "log_dir": log_dir, "kv_cache_bytes": KV_CACHE_BYTES, "name": method}
+    common: dict[str, Any] = {
+        "extra_args": args,
+        "log_dir": log_dir,
+        "kv_cache_bytes": KV_CACHE_BYTES,
+        "name": method,
+        "extra_env": extra_env,
+    }
     if method in ("hybrid", "hybrid-arctic"):
         assert drafter is not None
         rule = "score" if method == "hybrid-arctic" else "expected"
