@@ -73,6 +73,8 @@ LIVE_DRAFTER_RECHECK = "live-drafter-recheck-smollm2-cpu.json"
 #: The replay with that head (agentspec bench --drafter) of the real model's own answers on
 #: the live benchmark's workloads (docs/drafter.md).
 REPLAY_DRAFTER = "replay-drafter-smollm2-cpu.json"
+#: RL groups live on the real model: two engines at once, and epochs across a real policy update (docs/rl.md).
+RL_LIVE = "rl-live-smollm2-cpu.json"
 #: The hybrid's addressable share on the development set (docs/engine.md).
 HYBRID_SHARE = "dev-hybrid-share.json"
 #: The draft policy's sweep on 20 trajectories of five sources of the development set (docs/policy.md).
@@ -148,6 +150,7 @@ COMMANDS: dict[str, str] = {
         " --servers none,vllm-suffix,eagle3,agentspec,hybrid,hybrid-arctic --drafter own-head --runs 1"
         " --json live-drafter-smollm2-cpu.json"
     ),
+    RL_LIVE: "python benchmarks/rl_live.py --cache-dir .cache/real-model --runs 3 --json rl-live-smollm2-cpu.json",
     LIVE_DRAFTER_RECHECK: (
         "python benchmarks/live_bench.py --cache-dir .cache/real-model --servers agentspec,hybrid,hybrid-arctic"
         " --workloads dev --drafter own-head --runs 1 --json live-drafter-recheck-smollm2-cpu.json"
@@ -1612,6 +1615,36 @@ def table_live(results: Results) -> str:
     return "\n".join(lines) + "\n" + note + _from(LIVE)
 
 
+def table_rl_live(results: Results) -> str:
+    """docs/rl.md: GRPO groups live on two engines, pinned vs spread, and epoch 2 after a
+    real policy update with the old outputs kept or retired."""
+    data = results.json(RL_LIVE)
+
+    def cell(value: list[float], spec: str) -> str:
+        median, low, high = value
+        return f"{median:{spec}} ({low:{spec}}-{high:{spec}})"
+
+    routing, epochs = data["summary"]["routing"], data["summary"]["epochs"]
+    lines = _header("routing arm", "tokens/s", "AL", "tokens/s vs agentspec spread", "tokens/s vs vllm-suffix pinned")
+    for arm, row in routing.items():
+        cells = [cell(row["tokens_per_s"], ".1f"), cell(row["al"], ".2f"), cell(row["over_spread"], ".2f")]
+        lines.append(_row([arm, *cells, cell(row["over_suffix"], ".2f")]))
+    columns = ("epoch 2, old outputs", "tokens/s", "AL", "epoch 1 AL", "tokens/s vs retired", "AL vs retired")
+    lines += ["", *_header(*columns)]
+    for arm, row in epochs["arms"].items():
+        cells = [cell(row[k], spec) for k, spec in (("tokens_per_s", ".1f"), ("al", ".2f"), ("epoch1_al", ".2f"))]
+        lines.append(_row([arm, *cells, cell(row["over_retired"], ".2f"), cell(row["al_over_retired"], ".2f")]))
+    settings = data["settings"]
+    groups = f"{settings['tasks']} groups of {settings['samples']} samples of at most {settings['max_tokens']} tokens"
+    note = (
+        f"\n*Median (min-max) of {settings['runs']} runs on {data['cpus']} CPU cores, two engines at once, each on a"
+        f" core of its own; {groups} at temperature 1. The update: {settings['update_steps']} AdamW steps at learning"
+        f" rate {settings['lr']:g}, moving the trained samples' mean log-probability per token by"
+        f" {cell(epochs['logp_shift'], '.3f')} nats.*"
+    )
+    return "\n".join(lines) + "\n" + note + _from(RL_LIVE)
+
+
 def trained(field: str, *rest: Any, head: str = "trained") -> Get:
     """agentspec train-drafter's held-out score of the ``trained`` (or ``untrained``) head."""
     return Get(DRAFTER_TRAIN, ("result", head, field, *rest))
@@ -1913,6 +1946,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "dev-rl-routing": table_rl_routing,
     "dev-rl-epochs": table_rl_epochs,
     "live-smollm2-cpu": table_live,
+    "rl-live-smollm2-cpu": table_rl_live,
     "dev-set": table_dev_set,
     "dev-one-server": table_dev_one_server,
     "dev-eight-replicas": table_dev_eight_replicas,

@@ -246,6 +246,12 @@ def _agentspec_server_pool(
 
 
 @pytest.fixture(scope="session")
+def real_model_dir(_agentspec_server_pool: ServerPool) -> Path:
+    """The real model's folder (built on first use), the one the real-model kinds serve."""
+    return _agentspec_server_pool.context.real_model_dir()
+
+
+@pytest.fixture(scope="session")
 def redis_exchange(request: pytest.FixtureRequest, agentspec_fleet_servers: Any) -> RedisServer:
     """The ``redis-server`` of ``agentspec_fleet_servers`` (a test may stop and start it)."""
     return request.session.stash[_REDIS].get()

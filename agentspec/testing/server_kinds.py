@@ -87,6 +87,8 @@ class ServerKind:
     #: ``tiny`` (the tiny model, served as ``tiny``) or ``real`` (SmolLM2-135M-Instruct,
     #: served as :data:`REAL_MODEL_NAME`).
     model: str = "tiny"
+    #: Environment variables the server starts with (``extra_env`` of :meth:`launch` adds).
+    env: tuple[tuple[str, str], ...] = ()
 
     def launch(self, context: KindContext, *, extra_env: dict[str, str] | None = None) -> VLLMServer:
         """Start this kind's server and return at once (see :meth:`VLLMServer.wait_ready`)."""
@@ -101,7 +103,7 @@ class ServerKind:
             kv_cache_bytes=self.kv_cache_bytes,
             python=server_python(),
             name=self.name,
-            extra_env=extra_env,
+            extra_env={**dict(self.env), **(extra_env or {})},
         )
 
 
@@ -208,9 +210,11 @@ SERVER_KINDS: dict[str, ServerKind] = {
         ServerKind(
             "real",
             "``agentspec serve`` on the real model (SmolLM2-135M-Instruct, served as ``smollm2``): "
-            "real text, for acceptance and identity on it; its steps logged (the live benchmark's smoke test)",
+            "real text, for acceptance and identity on it; its steps logged (the live benchmark's smoke test); "
+            "vLLM's development routes on (the RL benchmark's smoke test reloads weights in place)",
             lambda c: EngineSettings(index=TEST_INDEX_CONFIG, step_log_dir=str(c.log_dir / "steps-real")),
             model="real",
+            env=(("VLLM_SERVER_DEV_MODE", "1"),),
         ),
         ServerKind(
             "real-plain",
