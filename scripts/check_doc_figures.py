@@ -75,6 +75,8 @@ LIVE_DRAFTER_RECHECK = "live-drafter-recheck-smollm2-cpu.json"
 REPLAY_DRAFTER = "replay-drafter-smollm2-cpu.json"
 #: RL groups live on the real model: two engines at once, and epochs across a real policy update (docs/rl.md).
 RL_LIVE = "rl-live-smollm2-cpu.json"
+#: Its routing part again with two calls in flight per engine: a group's samples queued (docs/rl.md).
+RL_LIVE_QUEUED = "rl-live-queued-smollm2-cpu.json"
 #: The hybrid's addressable share on the development set (docs/engine.md).
 HYBRID_SHARE = "dev-hybrid-share.json"
 #: The draft policy's sweep on 20 trajectories of five sources of the development set (docs/policy.md).
@@ -151,6 +153,10 @@ COMMANDS: dict[str, str] = {
         " --json live-drafter-smollm2-cpu.json"
     ),
     RL_LIVE: "python benchmarks/rl_live.py --cache-dir .cache/real-model --runs 3 --json rl-live-smollm2-cpu.json",
+    RL_LIVE_QUEUED: (
+        "python benchmarks/rl_live.py --cache-dir .cache/real-model --parts routing --concurrency 2 --runs 3"
+        " --json rl-live-queued-smollm2-cpu.json"
+    ),
     LIVE_DRAFTER_RECHECK: (
         "python benchmarks/live_bench.py --cache-dir .cache/real-model --servers agentspec,hybrid,hybrid-arctic"
         " --workloads dev --drafter own-head --runs 1 --json live-drafter-recheck-smollm2-cpu.json"
@@ -391,6 +397,50 @@ def figures() -> Iterator[Figure]:
     eight_ratio = eight(OURS, field="al_vs_baseline")
     shared_ratio = exchanging(OURS, field="al_vs_baseline")
     suffix_mini_index = ms(one(BASE, mini, "index_us_per_call"))
+
+    # rl.md: RL groups live on the real model
+    def rl_live(*path: Any) -> Get:
+        return Get(RL_LIVE, ("summary", *path))
+
+    yield fig(
+        "rl.md",
+        "Epoch 2's AL with the old\n  outputs kept is {}x its AL with them retired",
+        (rl_live("epochs", "arms", "kept", "al_over_retired", 0), F2),
+    )
+    yield fig(
+        "rl.md",
+        "it moved the trained samples' mean log-probability by {} nats per token",
+        (rl_live("epochs", "logp_shift", 0), F3),
+    )
+    yield fig(
+        "rl.md",
+        "Kept runs at {}x the\n  tokens/s of retired",
+        (rl_live("epochs", "arms", "kept", "over_retired", 0), F2),
+    )
+    yield fig(
+        "rl.md",
+        "the same AL ({} and {})",
+        (rl_live("routing", "agentspec, pinned", "al", 0), F2),
+        (rl_live("routing", "agentspec, spread", "al", 0), F2),
+    )
+    yield fig(
+        "rl.md",
+        "agentspec's AL is {} against {},\n  and its tokens/s {}x",
+        (rl_live("routing", "agentspec, pinned", "al", 0), F2),
+        (rl_live("routing", "vllm-suffix, pinned", "al", 0), F2),
+        (rl_live("routing", "agentspec, pinned", "over_suffix", 0), F2),
+    )
+    yield fig(
+        "rl.md",
+        "Pinned over spread is {}x in AL and {}x in tokens/s",
+        (Get(RL_LIVE_QUEUED, ("summary", "routing", "agentspec, pinned", "al_over_spread", 0)), F2),
+        (Get(RL_LIVE_QUEUED, ("summary", "routing", "agentspec, pinned", "over_spread", 0)), F2),
+    )
+    yield fig(
+        "rl.md",
+        "score a trained sample within {} nats per token",
+        (rl_live("epochs", "engine_vs_trainer_logp_gap"), ".4f"),
+    )
 
     # bench.md and the README: the live benchmark on the real model
     yield fig(
@@ -1615,34 +1665,36 @@ def table_live(results: Results) -> str:
     return "\n".join(lines) + "\n" + note + _from(LIVE)
 
 
-def table_rl_live(results: Results) -> str:
-    """docs/rl.md: GRPO groups live on two engines, pinned vs spread, and epoch 2 after a
-    real policy update with the old outputs kept or retired."""
-    data = results.json(RL_LIVE)
+def table_rl_live(results: Results, file: str = RL_LIVE) -> str:
+    """docs/rl.md: GRPO groups live on two engines, pinned vs spread, and (where the run
+    had them) epoch 2 after a real policy update with the old outputs kept or retired."""
+    data = results.json(file)
 
     def cell(value: list[float], spec: str) -> str:
         median, low, high = value
         return f"{median:{spec}} ({low:{spec}}-{high:{spec}})"
 
-    routing, epochs = data["summary"]["routing"], data["summary"]["epochs"]
+    summary, settings = data["summary"], data["settings"]
     lines = _header("routing arm", "tokens/s", "AL", "tokens/s vs agentspec spread", "tokens/s vs vllm-suffix pinned")
-    for arm, row in routing.items():
+    for arm, row in summary["routing"].items():
         cells = [cell(row["tokens_per_s"], ".1f"), cell(row["al"], ".2f"), cell(row["over_spread"], ".2f")]
         lines.append(_row([arm, *cells, cell(row["over_suffix"], ".2f")]))
-    columns = ("epoch 2, old outputs", "tokens/s", "AL", "epoch 1 AL", "tokens/s vs retired", "AL vs retired")
-    lines += ["", *_header(*columns)]
-    for arm, row in epochs["arms"].items():
-        cells = [cell(row[k], spec) for k, spec in (("tokens_per_s", ".1f"), ("al", ".2f"), ("epoch1_al", ".2f"))]
-        lines.append(_row([arm, *cells, cell(row["over_retired"], ".2f"), cell(row["al_over_retired"], ".2f")]))
-    settings = data["settings"]
     groups = f"{settings['tasks']} groups of {settings['samples']} samples of at most {settings['max_tokens']} tokens"
     note = (
         f"\n*Median (min-max) of {settings['runs']} runs on {data['cpus']} CPU cores, two engines at once, each on a"
-        f" core of its own; {groups} at temperature 1. The update: {settings['update_steps']} AdamW steps at learning"
-        f" rate {settings['lr']:g}, moving the trained samples' mean log-probability per token by"
-        f" {cell(epochs['logp_shift'], '.3f')} nats.*"
+        f" core of its own, {settings['concurrency']} calls in flight on each; {groups} at temperature 1."
     )
-    return "\n".join(lines) + "\n" + note + _from(RL_LIVE)
+    if epochs := summary.get("epochs"):
+        columns = ("epoch 2, old outputs", "tokens/s", "AL", "epoch 1 AL", "tokens/s vs retired", "AL vs retired")
+        lines += ["", *_header(*columns)]
+        for arm, row in epochs["arms"].items():
+            cells = [cell(row[k], spec) for k, spec in (("tokens_per_s", ".1f"), ("al", ".2f"), ("epoch1_al", ".2f"))]
+            lines.append(_row([arm, *cells, cell(row["over_retired"], ".2f"), cell(row["al_over_retired"], ".2f")]))
+        note += (
+            f" The update: {settings['update_steps']} AdamW steps at learning rate {settings['lr']:g}, moving the"
+            f" trained samples' mean log-probability per token by {cell(epochs['logp_shift'], '.3f')} nats."
+        )
+    return "\n".join(lines) + "\n" + note + "*" + _from(file)
 
 
 def trained(field: str, *rest: Any, head: str = "trained") -> Get:
@@ -1947,6 +1999,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "dev-rl-epochs": table_rl_epochs,
     "live-smollm2-cpu": table_live,
     "rl-live-smollm2-cpu": table_rl_live,
+    "rl-live-queued-smollm2-cpu": lambda results: table_rl_live(results, RL_LIVE_QUEUED),
     "dev-set": table_dev_set,
     "dev-one-server": table_dev_one_server,
     "dev-eight-replicas": table_dev_eight_replicas,
