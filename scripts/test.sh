@@ -2,6 +2,7 @@
 # Set up the environment (first run: several minutes), run the code's checks (scripts/lint.sh:
 # ruff, mypy, import contracts) and the whole test suite, then
 # the base install's check in its own light environment (scripts/test_light.sh), the
+# engine's real-server suites on vLLM 0.34 (scripts/test_vllm034.sh), the
 # OpenHands package's tests in their Python 3.12 environment (scripts/test_openhands.sh) and
 # the verl adapter's in verl's own environment (scripts/test_verl.sh); it also builds the
 # documentation site strictly (scripts/build_docs.sh), and the four distributions, which it
@@ -42,6 +43,9 @@ export AGENTSPEC_REAL_MODEL_DIR="${AGENTSPEC_REAL_MODEL_DIR:-$PWD/.cache/real-mo
 # --durations: the slowest tests and set-ups of each run are printed, to keep CI's time in view.
 stage main .venv/bin/python -m pytest --durations=20 "$@"
 if [ "$#" -eq 0 ]; then
+  # The engine's real-server suites on vLLM 0.34 (Model Runner V2) in .venv-vllm034; skips,
+  # saying so, without a vLLM 0.34 CPU wheel (scripts/test_vllm034.sh).
+  stage vllm034 scripts/test_vllm034.sh
   # Engines as Ray actors: apart, once the main run's servers have stopped.
   stage ray .venv/bin/python -m pytest --durations=5 -m ray integrations/rl/tests
   stage docs scripts/build_docs.sh

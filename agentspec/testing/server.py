@@ -31,7 +31,7 @@ from typing import Self
 
 import httpx
 
-from agentspec.engine.launcher.serve import build_command, build_env
+from agentspec.engine.launcher.serve import build_command, build_env, installed_vllm_version, model_runner_for
 from agentspec.engine.settings import EngineSettings
 
 #: vLLM options every test server gets: CPU-friendly and deterministic, plus what the
@@ -152,8 +152,9 @@ class VLLMServer:
             state_dir = Path(tempfile.mkdtemp(prefix="agentspec-state-"))
             owned.append(state_dir)
             settings = (settings or EngineSettings()).model_copy(update={"state_dir": str(state_dir)})
-            cmd = build_command(str(model_dir), args, python=python, drafter=settings.drafter)
-            env = build_env(settings)
+            runner = model_runner_for(installed_vllm_version(python))
+            cmd = build_command(str(model_dir), args, python=python, drafter=settings.drafter, runner=runner)
+            env = build_env(settings, runner=runner)
         else:
             cmd = [
                 python or sys.executable,

@@ -20,7 +20,7 @@ def test_inert_without_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sys.meta_path == before
 
 
-@pytest.mark.parametrize("version", ["0.31.2", "0.34.0"])
+@pytest.mark.parametrize("version", ["0.31.2", "0.35.0"])
 def test_unsupported_vllm_fails_clearly(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
     import vllm
 
@@ -29,9 +29,8 @@ def test_unsupported_vllm_fails_clearly(monkeypatch: pytest.MonkeyPatch, version
     with pytest.raises(plugin.UnsupportedVLLMError) as err:
         plugin.register()
     # The message names what is supported, and how each series was checked.
-    assert f"supports vLLM 0.32.x (tested) and 0.33.x (surface-checked, never run); this is vLLM {version}" in str(
-        err.value
-    )
+    expected = "supports vLLM 0.32.x and 0.34.x (tested), 0.33.x (surface-checked, never run)"
+    assert f"{expected}; this is vLLM {version}" in str(err.value)
 
 
 def test_surface_checked_vllm_accepted(monkeypatch: pytest.MonkeyPatch) -> None:

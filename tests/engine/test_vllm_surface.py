@@ -95,7 +95,9 @@ def test_plugin_hooks_the_modules_the_table_names() -> None:
 
     assert runner_patch.RUNNER_MODULE == "vllm.v1.worker.gpu_model_runner" == vllm_surface.module_of("runner_module")
     assert workers.CPU_WORKER_MODULE == vllm_surface.module_of("cpu_worker_module")
-    assert plugin.SUPPORTED_VLLM_SERIES == vllm_surface.SUPPORTED_VLLM_SERIES == ("0.32", "0.33")
+    assert plugin.SUPPORTED_VLLM_SERIES == vllm_surface.SUPPORTED_VLLM_SERIES == ("0.32", "0.33", "0.34")
+    assert {vllm_surface.runner_of(s) for s in ("0.32.0", "0.33.0")} == {"v1"}
+    assert vllm_surface.runner_of("0.34.0+cpu") == "v2"
 
 
 def test_keys_are_unique_and_paths_well_formed() -> None:
@@ -188,7 +190,7 @@ def test_installed_vllm_has_every_part() -> None:
 def test_installed_vllm_files_have_every_part() -> None:
     # The static check on files whose live check passes: it agrees.
     pytest.importorskip("vllm")
-    assert check_sources(vllm_surface._installed_sources()) == {}
+    assert check_sources(vllm_surface._installed_sources(), vllm_surface.installed_parts()) == {}
 
 
 def test_installed_check_reports_a_missing_part() -> None:
@@ -207,7 +209,11 @@ def test_load_takes_the_path_this_vllm_has() -> None:
 
     make_arg_parser = vllm_surface.load("make_arg_parser")
     # 0.33 moved it; the table lists both homes, and this vLLM's is found.
-    expected = {"0.32": "vllm.entrypoints.launchers.cli_args", "0.33": "vllm.entrypoints.common.cli_args"}
+    expected = {
+        "0.32": "vllm.entrypoints.launchers.cli_args",
+        "0.33": "vllm.entrypoints.common.cli_args",
+        "0.34": "vllm.entrypoints.common.cli_args",
+    }
     assert make_arg_parser.__module__ == expected[vllm_surface.series_of(vllm.__version__)]
 
 
@@ -223,12 +229,36 @@ def test_load_error_names_every_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("release", vllm_surface.SURFACE_CHECKED_RELEASES)
 def test_surface_checked_release_has_every_part(release: str) -> None:
-    assert check_sources(sources_of_wheel(_wheel(release))) == {}
+    assert check_sources(sources_of_wheel(_wheel(release)), vllm_surface.parts_of(release)) == {}
+
+
+def test_each_part_belongs_to_a_runner_and_v2_lacks_the_v1_runner() -> None:
+    v1, v2 = vllm_surface.parts_of("0.32.0"), vllm_surface.parts_of("0.34.0")
+    assert {p.key for p in v1} | {p.key for p in v2} == {p.key for p in vllm_surface.SURFACE}
+    assert "runner._update_states" in {p.key for p in v1} - {p.key for p in v2}
+    assert {"register_speculative_method", "v2_runner.add_requests"} <= {p.key for p in v2} - {p.key for p in v1}
+
+
+@pytest.mark.parametrize("hidden", ["register_speculative_method", "v2_runner.add_requests", "BaseSpeculator"])
+def test_a_v2_release_without_a_name_agentspec_needs_fails_the_check(hidden: str) -> None:
+    # vLLM 0.34's CUDA wheel, with the module holding one V2 part agentspec needs taken away.
+    sources = sources_of_wheel(_wheel("0.34.0"))
+    module = vllm_surface.part(hidden).paths[0].partition(":")[0]
+    assert check_sources(sources, vllm_surface.parts_of("0.34.0")) == {}
+    real_tree = sources.tree
+    sources.tree = lambda name: None if name == module else real_tree(name)  # type: ignore[method-assign]
+    assert hidden in check_sources(sources, vllm_surface.parts_of("0.34.0"))
+
+
+def _installed_runner() -> str:
+    import vllm
+
+    return vllm_surface.runner_of(str(vllm.__version__))
 
 
 def _runner_sources() -> list[object]:
     cases: list[object] = [pytest.param("installed", id="installed")]
-    cases += [pytest.param(r, id=r) for r in vllm_surface.SURFACE_CHECKED_RELEASES]
+    cases += [pytest.param(r, id=r) for r in vllm_surface.SURFACE_CHECKED_RELEASES if vllm_surface.runner_of(r) == "v1"]
     return cases
 
 
@@ -236,6 +266,8 @@ def _runner_text(which: str) -> str:
     module = vllm_surface.module_of("runner_module")
     if which == "installed":
         pytest.importorskip("vllm")
+        if _installed_runner() != "v1":
+            pytest.skip("the installed vLLM has no V1 runner (vLLM 0.34 removed it)")
         sources = vllm_surface._installed_sources()
     else:
         sources = sources_of_wheel(_wheel(which))

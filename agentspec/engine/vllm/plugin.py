@@ -1,12 +1,18 @@
-"""The ``vllm.general_plugins`` entry point: wires agentspec's proposers into vLLM.
+"""The ``vllm.general_plugins`` entry point: wires agentspec's drafting into vLLM.
 
 vLLM runs :func:`register` in every process it starts. Nothing happens unless
 :data:`agentspec.engine.settings.ENV_CONFIG` is set (``agentspec serve`` sets it): installing
 agentspec leaves a plain vLLM server untouched. With it set, :func:`register` checks the
 settings and vLLM's version (an unsupported vLLM fails at start-up, naming the supported
-series), pins vLLM's V1 model runner (:func:`pin_model_runner`), and arranges for the
-runner module (:mod:`agentspec.engine.vllm.runner`) and the workers
-(:mod:`agentspec.engine.vllm.workers`) to be patched when a worker process imports them.
+series), then wires agentspec into the model runner that vLLM series has
+(:data:`~agentspec.engine.vllm.surface.RUNNER_OF_SERIES`):
+
+- vLLM 0.34 and later (Model Runner V2 only): registers the speculative method
+  ``agentspec`` (:mod:`agentspec.engine.vllm.speculator_config`), and arranges for the V2
+  runner's request bookkeeping to be wrapped (:mod:`agentspec.engine.vllm.runner_v2`);
+- vLLM 0.32 and 0.33: pins vLLM's V1 model runner (:func:`pin_model_runner`), and arranges
+  for the runner module (:mod:`agentspec.engine.vllm.runner`) and the workers
+  (:mod:`agentspec.engine.vllm.workers`) to be patched when a worker process imports them.
 
 Every part of vLLM this package reads or patches is listed in
 :mod:`agentspec.engine.vllm.surface`.
@@ -18,7 +24,7 @@ import os
 
 from agentspec._extras import install_hint
 from agentspec.engine import settings as engine_settings
-from agentspec.engine.vllm import runner, surface, workers
+from agentspec.engine.vllm import runner, runner_v2, surface, workers
 from agentspec.engine.vllm.errors import UnsupportedVLLMError
 from agentspec.engine.vllm.import_hook import patch_when_imported
 from agentspec.engine.vllm.surface import SUPPORTED_VLLM_SERIES, V2_RUNNER_ENV, supported_series_text
@@ -31,12 +37,23 @@ def register() -> None:
     if not engine_settings.enabled():
         return
     engine_settings.load_settings()  # bad settings fail here, at start-up, in every process
-    check_vllm_version()
+    if surface.runner_of(check_vllm_version()) == "v2":
+        register_speculator()
+        patch_when_imported(runner_v2.RUNNER_MODULE, runner_v2.patch_runner)
+        return
     pin_model_runner()
     check_model_runner()
     patch_when_imported(runner.RUNNER_MODULE, runner.patch_runner)
     patch_when_imported(workers.GPU_WORKER_MODULE, workers.patch_gpu_worker)
     patch_when_imported(workers.CPU_WORKER_MODULE, workers.patch_cpu_worker)
+
+
+def register_speculator() -> None:
+    """Register ``method: agentspec`` with Model Runner V2 (by qualified name: vLLM imports
+    the config where it needs it). Registering again, as vLLM may in one process, is a no-op."""
+    surface.load("register_speculative_method")(
+        surface.V2_METHOD, "agentspec.engine.vllm.speculator_config.AgentspecSpeculatorConfig"
+    )
 
 
 def pin_model_runner() -> None:

