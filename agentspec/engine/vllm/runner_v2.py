@@ -38,16 +38,23 @@ RUNNER_MODULE = surface.module_of("v2_runner_module")
 
 
 def patch_runner(module: ModuleType) -> None:
-    """Wrap ``GPUModelRunner.add_requests`` of the V2 runner module (see the module's docstring)."""
+    """Wrap ``GPUModelRunner.__init__`` and ``add_requests`` of the V2 runner module (see
+    the module's docstring)."""
     if is_patched(module):
         return
     runner_cls = surface.find(module, "v2_runner")
     original_init = surface.find(module, "v2_runner.__init__")
     original = surface.find(module, "v2_runner.add_requests")
-    if runner_cls is None or original is None or original_init is None:
+    missing = [
+        name
+        for name, found in (("GPUModelRunner", runner_cls), ("__init__", original_init), ("add_requests", original))
+        if found is None
+    ]
+    if missing:
         raise UnsupportedVLLMError(
-            f"{RUNNER_MODULE} lacks GPUModelRunner.add_requests, where agentspec learns each request's"
-            f" session; this vLLM's internals differ from the supported vLLM {supported_series_text()}."
+            f"{RUNNER_MODULE} lacks {', '.join(missing)} (GPUModelRunner.add_requests is where agentspec"
+            f" learns each request's session); this vLLM's internals differ from the supported vLLM"
+            f" {supported_series_text()}."
         )
     from agentspec.engine.worker.drafting import SessionDrafting
 
