@@ -30,6 +30,11 @@ calls in arrival order with the server's method (no batch budget), and for ``age
 ``steps`` redoes the server's logged drafting steps (``--agentspec-step-log-dir``), which
 must count what the server counted.
 
+The servers are those of the vLLM this Python has: run with vLLM 0.34's environment
+(``scripts/test_vllm034.sh`` builds ``.venv-vllm034``) it compares ``agentspec`` with 0.34's
+own suffix method (its corpus of finished responses), and ``replay AL`` of ``vllm-suffix``
+is then the replay's model of that method (``vllm-suffix``; on 0.32, ``vllm-suffix-0.32``).
+
 A CPU cannot tell what a GPU would: there verification of a drafted token costs compute
 time, on a GPU's memory-bound decoding step it costs almost nothing (docs/speed.md).
 """
@@ -56,6 +61,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentspec import wire
+from agentspec.engine.launcher.serve import installed_vllm_version, model_runner_for
 from agentspec.engine.settings import DrafterSettings, EngineSettings
 from agentspec.index import DraftIndex
 from agentspec.index.policy import IndexConfig
@@ -485,7 +491,7 @@ def serve_workloads(
         return measured  # the replay runs no trained drafter (yet)
 
     # agentspec bench's loop: one call at a time in the order they were sent.
-    proposer = make_proposer(method, ProposerSettings())
+    proposer = make_proposer(replay_proposer(method, installed_vllm_version()), ProposerSettings())
     n = 0
     for name, calls in transcript.items():
         tally = Tally()
@@ -537,6 +543,14 @@ def write_transcripts(path: Path, transcript: dict[str, list[Sent]]) -> None:
                     "turns": [{"messages_in": list(c.messages), "output": c.text} for c in turns],
                 }
                 f.write(json.dumps(record) + "\n")
+
+
+def replay_proposer(method: str, vllm_version: str | None) -> str:
+    """The replay proposer that drafts as the ``method`` server does on vLLM ``vllm_version``:
+    vLLM's suffix method is 0.32's tree before Model Runner V2 and 0.34's corpus on it."""
+    if method == "vllm-suffix" and model_runner_for(vllm_version) == "v1":
+        return "vllm-suffix-0.32"
+    return method
 
 
 def launch(
@@ -751,6 +765,7 @@ def main(argv: list[str] | None = None) -> int:
                 if k not in ("model", "cache_dir", "log_dir", "json", "transcripts", "drafter", "exclude")
             },
             "model": model.name,
+            "vllm": installed_vllm_version(),
             "cpus": os.cpu_count(),
             "summary": summary,
             "runs": {w: {m: [r.summary() for r in rs] for m, rs in by.items()} for w, by in results.items()},

@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentspec.replay import ProposerSettings
-from agentspec.replay.baselines import VllmSuffixProposer
+from agentspec.replay.baselines import VllmSuffixTreeProposer
 from agentspec.replay.calls import SourceWorkload, static_call
 from agentspec.replay.driver_proposer import DriverProposer, make_agentspec_index
 from agentspec.replay.proposer import Proposer
@@ -111,7 +111,7 @@ def main(
     if unknown or not chosen:
         raise typer.BadParameter(f"arms are {', '.join(ARMS)}, not {sorted(unknown) or arms!r}")
     runs: dict[str, tuple[Callable[[], Proposer], Callable[[Proposer], None]]] = {
-        "vllm-suffix": (VllmSuffixProposer, lambda _: None),
+        "vllm-suffix": (VllmSuffixTreeProposer, lambda _: None),
         "agentspec, kept": (_agentspec, _update(keep=True)),
         "agentspec, retired": (_agentspec, _update(keep=False)),
     }

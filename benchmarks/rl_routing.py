@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentspec.replay import ProposerSettings
-from agentspec.replay.baselines import VllmSuffixProposer
+from agentspec.replay.baselines import VllmSuffixTreeProposer
 from agentspec.replay.config import Routing
 from agentspec.replay.driver_proposer import DriverProposer, make_agentspec_index
 from agentspec.replay.proposer import Proposer
@@ -53,8 +53,8 @@ def _agentspec() -> Proposer:
 PROPOSERS: dict[str, tuple[Callable[[], Proposer], Routing]] = {
     "agentspec, client": (_agentspec, Routing.CLIENT),
     "agentspec, spread": (_agentspec, Routing.SPREAD),
-    "vllm-suffix, client": (VllmSuffixProposer, Routing.CLIENT),
-    "vllm-suffix, spread": (VllmSuffixProposer, Routing.SPREAD),
+    "vllm-suffix, client": (VllmSuffixTreeProposer, Routing.CLIENT),
+    "vllm-suffix, spread": (VllmSuffixTreeProposer, Routing.SPREAD),
 }
 #: Each proposer's AL pinned over spread, as the JSON names it.
 RATIOS = {"agentspec": "agentspec_client_over_spread", "vllm-suffix": "suffix_client_over_spread"}

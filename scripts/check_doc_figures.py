@@ -98,6 +98,8 @@ RL_ROUTING_60_EXCHANGE = "dev-rl-routing-60-exchange.json"
 RL_ROUTING = "dev-rl-routing.json"
 #: RL's successive epochs on one server, all groups of codet and tot (docs/rl.md).
 RL_EPOCHS = "dev-rl-epochs.json"
+#: agentspec against vLLM 0.34's suffix method and 0.32's tree on the development set.
+SUFFIX_034 = "dev-suffix-034.json.gz"
 
 #: The command that wrote each file (run from the repository's root; a ``.json.gz`` is the
 #: ``.json`` it wrote, compressed by ``gzip -9n``).
@@ -151,6 +153,10 @@ COMMANDS: dict[str, str] = {
         "python benchmarks/live_bench.py --cache-dir .cache/real-model"
         " --servers none,vllm-suffix,eagle3,agentspec,hybrid,hybrid-arctic --drafter own-head --runs 1"
         " --json live-drafter-smollm2-cpu.json"
+    ),
+    SUFFIX_034: (
+        "agentspec bench --data data/trajectories-dev.jsonl.gz --proposers vllm-suffix,vllm-suffix-0.32,agentspec"
+        " --json dev-suffix-034.json"
     ),
     RL_LIVE: "python benchmarks/rl_live.py --cache-dir .cache/real-model --runs 3 --json rl-live-smollm2-cpu.json",
     RL_LIVE_QUEUED: (
@@ -1312,9 +1318,40 @@ def _header(*columns: str) -> list[str]:
     return [_row(list(columns)), "|" + "---|" * len(columns)]
 
 
+#: Results recorded while the replay's and the live benchmark's ``vllm-suffix`` was vLLM 0.32's
+#: suffix tree (the proposer named ``vllm-suffix-0.32`` since ``vllm-suffix`` models 0.34's method).
+SUFFIX_TREE_ERA = frozenset(
+    {
+        BENCH40_LONG,
+        BENCH40,
+        HEADROOM,
+        CHOOSER,
+        LOCKSTEP,
+        WINDOW,
+        WINDOW_SEEDED,
+        SWEEP,
+        TARGETS,
+        RL_EPOCHS,
+        RL_ROUTING_60_EXCHANGE,
+        RL_ROUTING_60,
+        RL_ROUTING,
+        SPEED_DEV,
+        LIVE_DRAFTER,
+        LIVE,
+        REPLAY_DRAFTER,
+        RL_LIVE_QUEUED,
+        RL_LIVE,
+        SPEED_SLICE,
+    }
+)
+
+
 def _from(*files: str) -> str:
     made = "; ".join(f"`benchmarks/results/{f}`, written by `{COMMANDS[f]}`" for f in files)
-    return f"\n*Made from {made}.*"
+    era = ""
+    if any(f in SUFFIX_TREE_ERA for f in files):
+        era = " There `vllm-suffix` is vLLM 0.32's suffix tree (today's `vllm-suffix-0.32`)."
+    return f"\n*Made from {made}.{era}*"
 
 
 def table_dev_set(results: Results) -> str:
@@ -1625,9 +1662,9 @@ def table_exchange_throughput(results: Results) -> str:
     return "\n".join(lines) + "\n" + _from(EXCHANGE_THROUGHPUT)
 
 
-def table_live(results: Results) -> str:
+def table_live(results: Results, file: str = LIVE) -> str:
     """docs/bench.md: tokens/s, AL and acceptance per server and workload on the real model."""
-    data = results.json(LIVE)
+    data = results.json(file)
     lines = _header(
         "workload", "server", "tokens/s", "vs vllm-suffix", "vs none", "AL", "acceptance", "replay AL", "steps = server"
     )
@@ -1662,7 +1699,7 @@ def table_live(results: Results) -> str:
         f"\n*Median (min-max) of {next(iter(size.values()))['runs']} runs on {data['cpus']} CPU cores, one server at"
         f" a time; per server and run, {sizes}.*"
     )
-    return "\n".join(lines) + "\n" + note + _from(LIVE)
+    return "\n".join(lines) + "\n" + note + _from(file)
 
 
 def table_rl_live(results: Results, file: str = RL_LIVE) -> str:
@@ -1987,7 +2024,24 @@ def table_rl_epochs(results: Results) -> str:
     return "\n".join(lines) + "\n" + _from(RL_EPOCHS)
 
 
+def table_dev_suffix_034(results: Results) -> str:
+    """docs/bench.md: AL and acceptance of vLLM 0.34's suffix method, 0.32's tree and agentspec."""
+    names = ("vllm-suffix", "vllm-suffix-0.32", OURS)
+    lines = _header(
+        "source", "calls", *(f"AL {n}" for n in names), *(f"accept {n}" for n in names), "agentspec / 0.34 AL"
+    )
+    for source in sources(results, SUFFIX_034):
+        recs = [_rec(results, SUFFIX_034, None, n, source) for n in names]
+        cells = [f"{r['al']:.3f}" for r in recs] + [f"{r['acceptance_rate']:.1%}" for r in recs]
+        ratio = f"{recs[2]['al'] / recs[0]['al']:.3f}×"
+        lines.append(
+            _row([source if source != ALL else "all", f"{recs[0]['calls']:,}", *cells, ratio], bold=source == ALL)
+        )
+    return "\n".join(lines) + "\n" + _from(SUFFIX_034)
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
+    "dev-suffix-034": table_dev_suffix_034,
     "drafter-cost-smollm2-cpu": table_drafter_cost,
     "drafter-train-smollm2-cpu": table_drafter_train,
     "live-drafter-smollm2-cpu": table_live_drafter,

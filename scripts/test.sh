@@ -6,11 +6,14 @@
 # OpenHands package's tests in their Python 3.12 environment (scripts/test_openhands.sh) and
 # the verl adapter's in verl's own environment (scripts/test_verl.sh); it also builds the
 # documentation site strictly (scripts/build_docs.sh), and the four distributions, which it
-# installs from dist/ in environments of their own (scripts/test_dists.sh).
+# installs from dist/ in environments of their own (scripts/test_dists.sh). Last, it fails if
+# any process it started is still running (scripts/check_no_survivors.py).
 # Extra arguments go to pytest and run the main suite only, e.g. `scripts/test.sh tests/core -x`.
 # Exits non-zero when either run fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Every process the stages start inherits this id; the last stage fails on any still alive.
+export AGENTSPEC_TEST_RUN="test-sh-$$-$(date +%s)"
 status=0
 stages=()
 # stage NAME COMMAND...: run one stage, remember its wall time and whether it passed.
@@ -55,6 +58,8 @@ if [ "$#" -eq 0 ]; then
   # The four distributions built into dist/ and installed from there (scripts/test_dists.sh).
   stage dists scripts/test_dists.sh
 fi
+# Nothing the stages started may outlive them (vLLM engines, Ray, servers): each survivor named.
+stage survivors .venv/bin/python scripts/check_no_survivors.py --grace 30
 echo "== stages (wall time)"
 printf '%s\n' "${stages[@]}"
 exit "$status"

@@ -97,7 +97,7 @@ install_from_dist() {
   build_env "$venv" "$py" no_install "$WORK/requires.txt" scripts/test_dists.sh scripts/lib/venvs.sh
   # shellcheck disable=SC2086
   "$venv/bin/python" -m pip uninstall -q -y $OURS 2>&1 | { grep -v "not installed" || true; }
-  pip_in "$venv" --no-compile --find-links "$ROOT/dist" --report "$report" "$@"
+  pip_in "$venv" --find-links "$ROOT/dist" --report "$report" "$@"
   .venv/bin/python - "$report" "$ROOT/dist" "$*" <<'PY'
 import json
 import sys

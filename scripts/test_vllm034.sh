@@ -12,7 +12,7 @@
 # torch (scripts/vllm034/), arctic-inference and agentspec.
 #
 # On x86 vLLM 0.34 needs Triton with a CPU backend (triton-cpu). Where triton-cpu is not
-# installed, Triton's interpreter stands in (scripts/lib/triton_interpreter): every server
+# installed, Triton's interpreter stands in (scripts/lib/vllm_cpu_site): every server
 # then runs vLLM's Triton kernels as NumPy, much slower but the same code paths. A machine
 # with triton-cpu runs the same suites natively.
 set -euo pipefail
@@ -49,13 +49,23 @@ build_env "$VENV" "$PY" install_vllm034 \
   pyproject.toml scripts/test_vllm034.sh scripts/vllm034/requirements.txt scripts/vllm034/constraints.txt \
   scripts/lib/venvs.sh <(echo "$wheel")
 
+# A wheel built with only the AVX2 kernels (vllm/_C_AVX2), on a CPU with AVX-512: vLLM loads
+# vllm/_C (or _C_AVX512) there, which such a wheel lacks; its AVX2 kernels run on that CPU.
+site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/vllm"
+for name in _C _C_AVX512; do
+  if [ -e "$site/_C_AVX2.abi3.so" ] && [ ! -e "$site/$name.abi3.so" ]; then
+    ln -s _C_AVX2.abi3.so "$site/$name.abi3.so"
+    echo "test_vllm034.sh: an AVX2-only vLLM build: vllm/$name is its AVX2 kernels"
+  fi
+done
 if ! "$VENV/bin/python" -c "import triton.backends as b, sys; sys.exit('cpu' not in b.backends)" 2>/dev/null; then
-  echo "test_vllm034.sh: no triton-cpu here: Triton's interpreter runs vLLM's kernels (scripts/lib/triton_interpreter)"
-  export PYTHONPATH="$PWD/scripts/lib/triton_interpreter${PYTHONPATH:+:$PYTHONPATH}"
+  echo "test_vllm034.sh: no triton-cpu here: Triton's interpreter runs vLLM's kernels (scripts/lib/vllm_cpu_site)"
+  export PYTHONPATH="$PWD/scripts/lib/vllm_cpu_site${PYTHONPATH:+:$PYTHONPATH}"
   export AGENTSPEC_TRITON_INTERPRETER=1
 fi
 if [ "$#" -eq 0 ]; then
   set -- tests/engine/test_lossless.py tests/engine/test_vllm_surface.py tests/engine/test_v2_contract.py \
-    tests/engine/test_v2_speculator.py "tests/engine/test_sessions.py::test_seed_raises_acceptance"
+    tests/engine/test_v2_speculator.py tests/engine/test_v2_suffix_kernels.py tests/engine/test_verified_widths.py \
+    "tests/engine/test_sessions.py::test_seed_raises_acceptance"
 fi
 "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=10 "$@"

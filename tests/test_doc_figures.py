@@ -360,3 +360,28 @@ def test_the_wire_contract_names_every_reserved_key_and_seed_field() -> None:
     seeds = seeds[: seeds.index("## ", 3)]
     for field in wire.SEEDS_REQUEST_FIELDS:
         assert f"`{field}`" in seeds, field
+
+
+def test_the_suffix_baselines_table_is_made_from_the_json(results: Path) -> None:
+    marker = "<!-- agentspec:table dev-suffix-034 -->"
+    table = figures.render_tables(marker, figures.Results(RESULTS))
+    assert table.startswith("| source | calls | AL vllm-suffix | AL vllm-suffix-0.32 | AL agentspec |")
+    # Recorded with today's names: no note that vllm-suffix meant 0.32's tree there.
+    assert "0.32's suffix tree" not in table
+
+    def change(data: dict[str, Any]) -> None:
+        _record(data, "vllm-suffix", "codet")["al"] = 9.876
+
+    _edit(results / figures.SUFFIX_034, change)
+    assert "| 9.876 |" in figures.render_tables(marker, figures.Results(results))
+
+
+def test_tables_recorded_with_the_old_suffix_baseline_say_so() -> None:
+    table = figures.render_tables("<!-- agentspec:table dev-one-server -->", figures.Results(RESULTS))
+    assert "There `vllm-suffix` is vLLM 0.32's suffix tree (today's `vllm-suffix-0.32`)." in table
+    # Every results file that names vllm-suffix without today's 0.32 name is of that era.
+    for path in RESULTS.iterdir():
+        if path.name.endswith((".json", ".json.gz")):
+            text = json.dumps(figures.Results(RESULTS).json(path.name))
+            if '"vllm-suffix' in text and "vllm-suffix-0.32" not in text and '"vllm": "0.34' not in text:
+                assert path.name in figures.SUFFIX_TREE_ERA, path.name

@@ -1,10 +1,11 @@
-"""Built-in proposers: none, vLLM's ngram and suffix methods, and the tree oracle.
+"""Built-in proposers: none, vLLM's ngram method, vLLM 0.32's suffix tree, and the tree oracle.
 
-The vLLM baselines reproduce what vLLM 0.32 does, call for call:
+(vLLM 0.34's ``suffix`` method, the ``vllm-suffix`` proposer, is :mod:`agentspec.replay.gpu_suffix`.)
+These baselines reproduce what vLLM 0.32 does, call for call:
 
 * ``vllm-ngram``: ``NgramProposer`` drafts from prompt + output so far (no state
-  across requests).
-* ``vllm-suffix``: ``SuffixDecodingProposer`` keeps one ``SuffixDecodingCache``
+  across requests; 0.34's ``ngram`` drafts alike).
+* ``vllm-suffix-0.32``: ``SuffixDecodingProposer`` keeps one ``SuffixDecodingCache
   per server. On a request's first decoding step it calls ``start_request`` with
   the prompt (building a suffix tree over the whole prompt), then every step
   ``add_active_response`` with the newly sampled tokens and ``speculate`` with the
@@ -70,8 +71,9 @@ class VllmNgramProposer(NoProposer):
         return ReplayDraft(draft.tolist()) if draft.size else EMPTY_DRAFT
 
 
-class VllmSuffixProposer(NoProposer):
-    """vLLM's ``suffix`` method, driven as ``SuffixDecodingProposer`` drives it."""
+class VllmSuffixTreeProposer(NoProposer):
+    """vLLM 0.32's ``suffix`` method (arctic-inference's tree), driven as
+    ``SuffixDecodingProposer`` drives it."""
 
     def __init__(
         self,
@@ -217,8 +219,8 @@ def make_vllm_ngram(settings: ProposerSettings) -> Proposer:
     return VllmNgramProposer(settings.ngram_k, settings.ngram_min, settings.ngram_max, settings.ngram_impl)
 
 
-def make_vllm_suffix(settings: ProposerSettings) -> Proposer:
-    return VllmSuffixProposer(
+def make_vllm_suffix_tree(settings: ProposerSettings) -> Proposer:
+    return VllmSuffixTreeProposer(
         settings.suffix_depth,
         settings.suffix_tokens,
         settings.suffix_factor,

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from agentspec.replay.cost import CostModel
 from agentspec.replay.settings import ProposerSettings
 
-DEFAULT_PROPOSERS = ("none", "vllm-ngram", "vllm-suffix", "agentspec", "oracle")
+DEFAULT_PROPOSERS = ("none", "vllm-ngram", "vllm-suffix", "vllm-suffix-0.32", "agentspec", "oracle")
 #: Proposers whose state spans calls and that are pinned by group by default.
 SESSION_AWARE = frozenset({"agentspec", "agentspec-hybrid", "agentspec-hybrid-arctic", "oracle"})
 

@@ -2,7 +2,8 @@
 
 Three places, later ones overriding earlier ones:
 
-1. the built-in proposers: ``none``, ``vllm-ngram``, ``vllm-suffix``, ``agentspec``, ``oracle``,
+1. the built-in proposers: ``none``, ``vllm-ngram``, ``vllm-suffix`` (vLLM 0.34's),
+   ``vllm-suffix-0.32`` (0.32's tree), ``agentspec``, ``oracle``,
    and with a trained drafter (``ProposerSettings.drafter``) ``drafter``, ``agentspec-hybrid`` and
    ``agentspec-hybrid-arctic``;
 2. factories other installed packages publish under the entry-point group
@@ -29,14 +30,16 @@ ENTRY_POINT_GROUP = "agentspec.replay_proposers"
 
 
 def builtin_proposers() -> dict[str, ProposerFactory]:
-    from agentspec.replay.baselines import make_none, make_oracle, make_vllm_ngram, make_vllm_suffix
+    from agentspec.replay.baselines import make_none, make_oracle, make_vllm_ngram, make_vllm_suffix_tree
     from agentspec.replay.driver_proposer import make_agentspec
+    from agentspec.replay.gpu_suffix import make_vllm_suffix
     from agentspec.replay.model_drafting import make_drafter_alone, make_hybrid, make_hybrid_arctic
 
     return {
         "none": make_none,
         "vllm-ngram": make_vllm_ngram,
         "vllm-suffix": make_vllm_suffix,
+        "vllm-suffix-0.32": make_vllm_suffix_tree,
         "agentspec": make_agentspec,
         "oracle": make_oracle,
         "drafter": make_drafter_alone,

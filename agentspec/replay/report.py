@@ -102,7 +102,14 @@ def print_report(result: ReplayResult, console: Console | None = None, baseline:
     )
     for record in result.records:
         if record.source == ALL and record.counters:
-            console.print(hybrid_line(record.proposer, record.counters))
+            console.print(counters_line(record.proposer, record.counters))
+
+
+def counters_line(proposer: str, c: dict[str, int]) -> str:
+    """A proposer's own counters in words: the hybrid's choices, or a plain list."""
+    if "drafter_runs" in c:
+        return hybrid_line(proposer, c)
+    return f"{proposer}: " + ", ".join(f"{key.replace('_', ' ')} {n:,}" for key, n in sorted(c.items()))
 
 
 def hybrid_line(proposer: str, c: dict[str, int]) -> str:

@@ -47,12 +47,19 @@ class ProposerSettings(BaseModel):
     ngram_max: int = 5
     #: "auto" (vLLM's own function when vLLM is importable), "vllm" or "numpy".
     ngram_impl: Literal["auto", "vllm", "numpy"] = "auto"
-    # vLLM suffix: SpeculativeConfig.suffix_decoding_* defaults in vLLM 0.32.
+    # vLLM suffix: SpeculativeConfig.suffix_decoding_* defaults. suffix_depth and
+    # suffix_cached_requests (0: no cross-request memory) serve both releases; suffix_tokens,
+    # suffix_factor and suffix_min_prob are 0.32's tree (``vllm-suffix-0.32``).
     suffix_depth: int = 24
     suffix_tokens: int = 24
     suffix_factor: float = 1.0
     suffix_min_prob: float = 0.1
     suffix_cached_requests: int = 10000
+    #: 0.34's ``vllm-suffix``: num_speculative_tokens, every one verified (None: vLLM's
+    #: default, min(8, suffix_depth)).
+    suffix_fixed_tokens: int | None = Field(default=None, ge=1)
+    #: 0.34's ``vllm-suffix``: suffix_decoding_corpus_tokens, the ring of finished responses.
+    suffix_corpus_tokens: int = Field(default=1 << 20, ge=0, lt=1 << 31)
     # Oracle: tree speculation over a global index of everything seen.
     oracle_depth: int = 64
     oracle_nodes: int = 256

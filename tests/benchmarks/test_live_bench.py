@@ -102,3 +102,16 @@ def test_bad_options_are_one_line(
         live_bench.main([*argv, "--cache-dir", str(tmp_path)])
     assert info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("method", "version", "replayed_as"),
+    [
+        ("vllm-suffix", "0.32.0+cpu", "vllm-suffix-0.32"),
+        ("vllm-suffix", "0.34.0+cpu", "vllm-suffix"),
+        ("agentspec", "0.34.0+cpu", "agentspec"),
+        ("vllm-ngram", "0.32.0+cpu", "vllm-ngram"),
+    ],
+)
+def test_the_replay_drafts_as_the_servers_vllm_does(method: str, version: str, replayed_as: str) -> None:
+    assert live_bench.replay_proposer(method, version) == replayed_as

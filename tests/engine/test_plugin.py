@@ -97,16 +97,9 @@ def test_v2_model_runner_ignored_without_agentspec(monkeypatch: pytest.MonkeyPat
     plugin.register()  # a plain vLLM server may run whichever runner it likes
 
 
-def test_the_old_names_still_work() -> None:
-    # Kept for a release (CHANGELOG): entry points and commands written against them.
+def test_the_entry_point_is_the_plugin_module() -> None:
+    # vLLM loads the plugin by this entry point; it must name the real module, not a moved one.
     import importlib.metadata
 
-    from agentspec.engine import launch as old_launch
-    from agentspec.engine import plugin as old_plugin
-    from agentspec.engine.vllm import launch
-
-    assert old_plugin.register is plugin.register
-    assert old_launch.main is launch.main
-    # The installed entry point is the new one.
     points = importlib.metadata.entry_points(group="vllm.general_plugins")
     assert [p.value for p in points if p.name == "agentspec"] == ["agentspec.engine.vllm.plugin:register"]

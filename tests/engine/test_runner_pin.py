@@ -23,7 +23,12 @@ pytest.importorskip("vllm")
 from agentspec.engine import settings as engine_settings  # noqa: E402
 from agentspec.engine.launcher.serve import build_env  # noqa: E402
 from agentspec.engine.settings import EngineSettings  # noqa: E402
-from agentspec.engine.vllm import import_hook, plugin, workers  # noqa: E402
+from agentspec.engine.vllm import (  # noqa: E402
+    import_hook,
+    plugin,
+    runner_v2,
+    workers,
+)
 from agentspec.engine.vllm import runner as runner_patch  # noqa: E402
 
 #: What a user gives up with the V1 runner; every refusal names them.
@@ -33,14 +38,24 @@ V2_ONLY = ("prefill context parallel", "DSpark", "adaptive verification", "HiSpa
 @pytest.fixture
 def agentspec_on(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """agentspec enabled, ``VLLM_USE_V2_MODEL_RUNNER`` unset (and put back as it was after
-    the test: ``register()`` sets it), and ``register()`` patching nothing in this process."""
+    the test: ``register()`` sets it), and ``register()`` patching nothing in this process.
+
+    ``register()`` hands these patchers to ``patch_when_imported``, which runs one at once on
+    a module already imported: each is replaced (``raising=True``: a renamed patcher fails
+    here, not by patching vLLM for the rest of the session), and the import hooks it adds
+    go with the copy of ``sys.meta_path`` when the test ends."""
     monkeypatch.setenv(engine_settings.ENV_CONFIG, "{}")
     monkeypatch.setenv(plugin.V2_RUNNER_ENV, "")  # records the value to restore
     monkeypatch.delenv(plugin.V2_RUNNER_ENV)
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
-    monkeypatch.setattr(runner_patch, "patch_runner", lambda module: None)
-    for name in ("_patch_gpu_worker", "_patch_cpu_worker"):
-        monkeypatch.setattr(plugin, name, lambda module: None, raising=False)
+    for owner, name in (
+        (runner_patch, "patch_runner"),
+        (workers, "patch_gpu_worker"),
+        (workers, "patch_cpu_worker"),
+        (runner_v2, "patch_runner"),  # vLLM 0.34's path: registers no speculator either
+    ):
+        monkeypatch.setattr(owner, name, lambda module: None, raising=True)
+    monkeypatch.setattr(plugin, "register_speculator", lambda: None, raising=True)
     return monkeypatch
 
 
@@ -79,6 +94,24 @@ def test_register_pins_the_v1_runner(agentspec_on: pytest.MonkeyPatch, method: s
     plugin.register()
     assert _config_with_triton(agentspec_on, method).use_v2_model_runner is False
     assert os.environ[plugin.V2_RUNNER_ENV] == "0"
+
+
+def test_register_under_the_fixture_patches_no_worker(agentspec_on: pytest.MonkeyPatch) -> None:
+    # Imported first (as earlier tests leave them), the workers would be patched by register()
+    # at once, for the rest of the session, were the fixture's stand-ins not in the way.
+    from vllm.v1.worker import cpu_worker, gpu_worker
+
+    def hooks() -> tuple[Any, ...]:
+        return (
+            gpu_worker.Worker._make_model_runner,
+            cpu_worker.CPUWorker.init_device,
+            import_hook.is_patched(gpu_worker),
+            import_hook.is_patched(cpu_worker),
+        )
+
+    before = hooks()
+    plugin.register()
+    assert hooks() == before
 
 
 def test_register_keeps_an_explicit_choice(agentspec_on: pytest.MonkeyPatch) -> None:

@@ -22,7 +22,7 @@ RECORD_KEYS = {
     "index_us_per_call",
     "propose_us_per_step",
 }
-PROPOSERS = ["none", "vllm-ngram", "vllm-suffix", "agentspec", "oracle"]
+PROPOSERS = ["none", "vllm-ngram", "vllm-suffix", "vllm-suffix-0.32", "agentspec", "oracle"]
 
 
 def run(app: typer.Typer, tmp_path: Path, *args: str):

@@ -112,20 +112,23 @@ def test_oracle_indexes_session_streams_incrementally() -> None:
 
 def test_held_tokens_count_what_each_index_keeps() -> None:
     pytest.importorskip("arctic_inference")
-    suffix = make_proposer("vllm-suffix", ProposerSettings(suffix_cached_requests=2))
+    suffix = make_proposer("vllm-suffix-0.32", ProposerSettings(suffix_cached_requests=2))
+    corpus = make_proposer("vllm-suffix", ProposerSettings())
     agentspec = make_proposer("agentspec", ProposerSettings())
     out = np.arange(50, 70, dtype=np.int32)
     for i in range(3):
         spec = CallSpec(f"c{i}", "s", "g", "t", i, "src")
         prompt = np.arange(1, 11, dtype=np.int32)
-        for p in (suffix, agentspec):
+        for p in (suffix, corpus, agentspec):
             p.begin_call(spec, prompt)
             if i == 0 and p is suffix:
                 assert p.held_tokens() == 10  # the running request's prompt
             p.observe(spec.call_id, out)
             p.end_call(spec.call_id)
-    # vLLM's suffix cache keeps the responses of its last 2 requests, no prompt.
+    # vLLM 0.32's suffix cache keeps the responses of its last 2 requests, no prompt.
     assert suffix.held_tokens() == 2 * len(out)
+    # vLLM 0.34's corpus keeps every response with its prompt's last 3 tokens.
+    assert corpus.held_tokens() == 3 * (3 + len(out))
     # agentspec keeps the session's stream (prompts and outputs) and each output again in
     # its group and in the global corpus.
     stats = agentspec.index.stats()

@@ -96,7 +96,7 @@ def test_no_speculation_is_one_token_per_step(make_call) -> None:
 
 def test_two_turn_agent_hand_computed_al(two_turn_agent) -> None:
     config = ReplayConfig(
-        proposers=("none", "vllm-ngram", "vllm-suffix", "oracle"),
+        proposers=("none", "vllm-ngram", "vllm-suffix", "vllm-suffix-0.32", "oracle"),
         concurrency=1,
         proposer_settings=ProposerSettings(ngram_impl="numpy"),
     )
@@ -107,9 +107,13 @@ def test_two_turn_agent_hand_computed_al(two_turn_agent) -> None:
     assert res.tallies["none"].steps == 10
     # oracle: turn 2 = prefill (10), then the stream holds 10 -> 11 12 13 14: one step.
     assert res.tallies["oracle"].steps == 5 + 2
-    # vllm-suffix (factor 1.0: a draft is at most as long as its match): after the prefill's
-    # 10 the match "10" is 1 long -> draft [11], emits 11 12; then "10 11 12" -> 13 14 end.
-    assert res.tallies["vllm-suffix"].steps == 5 + 3
+    # vllm-suffix-0.32 (factor 1.0: a draft is at most as long as its match): after the
+    # prefill's 10 the match "10" is 1 long -> draft [11], emits 11 12; then "10 11 12" -> 13 14 end.
+    assert res.tallies["vllm-suffix-0.32"].steps == 5 + 3
+    # vllm-suffix (0.34: 8 tokens whatever the match): after the prefill's 10 the prompt's
+    # "10" continues 11 12 13 14 4 10 (+ filler) -> 11 12 13 14 accepted, the request ends.
+    assert res.tallies["vllm-suffix"].steps == 5 + 2
+    assert res.tallies["vllm-suffix"].drafted_tokens == 5 * 8
     # vllm-ngram (n >= 2): turn 2 after 10: the bigram "4 10" never occurred -> no draft;
     # after "10 11": draft 12 13 14 4 ... -> 12 13 14 accepted, request ends.
     assert res.tallies["vllm-ngram"].steps == 5 + 3

@@ -14,6 +14,11 @@ speculative decoding on, its speculator must be agentspec's (``--speculative-con
 with ``method: agentspec``; ``agentspec serve`` sets it). Otherwise vLLM's own method would
 draft with the plugin loaded and agentspec nowhere in the loop, so the server stops, saying so.
 
+Once built, an agentspec runner's draft-token handler is narrowed
+(:func:`narrow_draft_widths`): V2's runner tells the scheduler one draft width for every
+request, and the scheduler has the target verify that many slots of each; agentspec knows
+each request's real draft length on the host, so each request's width becomes its own.
+
 Where the wrap cannot be made (a vLLM whose runner lacks ``add_requests``), the plugin
 refuses to start rather than draft without sessions: requests would still be served, but
 every tenant would draft from one shared pool, which agentspec never does unasked.
@@ -61,7 +66,10 @@ def patch_runner(module: ModuleType) -> None:
     @functools.wraps(original_init)  # type: ignore[arg-type]
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)  # type: ignore[misc]
-        check_speculator(getattr(self, "speculative_config", None), getattr(self, "speculator", None))
+        speculator = getattr(self, "speculator", None)
+        check_speculator(getattr(self, "speculative_config", None), speculator)
+        if isinstance(speculator, SessionDrafting):
+            narrow_draft_widths(getattr(self, "draft_tokens_handler", None), speculator)
 
     @functools.wraps(original)  # type: ignore[arg-type]
     def add_requests(self: Any, scheduler_output: Any) -> Any:
@@ -93,3 +101,34 @@ def check_speculator(speculative_config: Any, speculator: Any) -> None:
         f' --speculative-config \'{{"method": "{surface.V2_METHOD}"}}\' (agentspec serve sets it). Use it, or'
         f" unset {engine_settings.ENV_CONFIG} to run vLLM without agentspec."
     )
+
+
+def narrow_draft_widths(handler: Any, speculator: Any) -> None:
+    """Make ``handler`` (the runner's ``DraftTokensHandler``) report each request's real
+    draft length, ``speculator.draft_widths``, to the scheduler instead of the batch's width.
+
+    The handler keeps, per request, the width (an int) or, when the scheduler checks drafts
+    against a grammar, the draft row; both are cut to the real draft. The rows past it hold
+    padding the target would otherwise verify (and reject or accept like any token).
+    """
+    drafts_by_req = getattr(handler, "_draft_tokens_by_req", None)
+    set_draft_tokens = getattr(handler, "set_draft_tokens", None)
+    if not isinstance(drafts_by_req, dict) or set_draft_tokens is None:
+        # Drafting would still be lossless, but every step would verify k slots per request.
+        raise UnsupportedVLLMError(
+            f"this vLLM's model runner has no draft_tokens_handler with set_draft_tokens and"
+            f" _draft_tokens_by_req (found {type(handler).__qualname__}), where agentspec sets each"
+            f" request's draft width; agentspec supports vLLM {supported_series_text()}."
+        )
+
+    @functools.wraps(set_draft_tokens)
+    def narrowed(input_batch: Any, draft_tokens: Any) -> None:
+        set_draft_tokens(input_batch, draft_tokens)
+        widths = speculator.draft_widths
+        for req_id in input_batch.req_ids:
+            width, held = widths.get(req_id), drafts_by_req.get(req_id)
+            if width is None or held is None:
+                continue
+            drafts_by_req[req_id] = min(held, width) if isinstance(held, int) else held[:width]
+
+    handler.set_draft_tokens = narrowed

@@ -11,10 +11,13 @@ device and the host:
   gathered on the device into one small ``[num_reqs, k + 3]`` tensor and copied in one go.
   A request's prompt is read once, when it is first drafted for; tokens the speculator
   missed (none on V2, which calls it every step) would be read the same way;
-- **to the device**: the drafts, ``[num_reqs, k]``. V2 verifies ``k`` tokens for every
-  request (its scheduler allots the same width to all); a draft shorter than ``k`` is
-  padded with the request's last sampled token, which the target rejects or accepts like
-  any draft token, so the padding costs verification work but never changes an output.
+- **to the device**: the drafts, ``[num_reqs, k]``, a draft shorter than ``k`` padded with
+  the request's last sampled token. V2's runner reports the same width for every request
+  to the scheduler, which then has the target verify ``k`` slots of each; the plugin
+  narrows each request's width to its real draft (:attr:`AgentspecSpeculator.draft_widths`,
+  read by :func:`agentspec.engine.vllm.runner_v2.narrow_draft_widths`), so the target
+  verifies what agentspec drafted and no padding, as on the V1 runner. (The scheduler
+  takes per-request widths already: structured outputs shorten drafts the same way.)
 
 The round trip synchronises the host with the device once per step, which vLLM's own
 suffix method (drafting on the device) avoids; so the speculator refuses async
@@ -107,6 +110,8 @@ class AgentspecSpeculator(SuffixDrafting, BaseSpeculator):
         # Offsets of the last k + 1 positions of a row: a step samples at most k + 1 tokens.
         self._tail = torch.arange(-(k + 1), 0, dtype=torch.int64, device=device)
         self._bound = False
+        #: The last step's real draft length per request (its padding excluded).
+        self.draft_widths: dict[str, int] = {}
 
     # ------------------------------------------------------------------ vLLM's interface
 
@@ -160,6 +165,7 @@ class AgentspecSpeculator(SuffixDrafting, BaseSpeculator):
         for i, (draft, row) in enumerate(zip(drafts, sampled, strict=True)):
             host[i, :] = row[-1] if row else 0
             host[i, : len(draft)] = draft
+        self.draft_widths = {req_id: len(d) for req_id, d in zip(batch.req_ids, drafts, strict=True)}
         out.copy_(self._host_drafts[:n], non_blocking=True)
         self._count("host_copy_seconds_total", copied + perf_counter() - back)
         self._count("host_copy_steps_total")

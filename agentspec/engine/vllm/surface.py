@@ -383,6 +383,25 @@ _V2_PARTS: tuple[Part, ...] = (
     ),
     _v2("v2_runner.add_requests", "member", _V2_PLUGIN, f"{_V2_RUNNER}:GPUModelRunner.add_requests"),
     _v2("v2_runner.speculator", "init_attr", _V2_PLUGIN, f"{_V2_RUNNER}:GPUModelRunner.speculator"),
+    # Each request's draft width, narrowed to its real draft (runner_v2.narrow_draft_widths).
+    _v2(
+        "v2_runner.draft_tokens_handler",
+        "init_attr",
+        _V2_PLUGIN,
+        f"{_V2_RUNNER}:GPUModelRunner.draft_tokens_handler",
+    ),
+    _v2(
+        "DraftTokensHandler.set_draft_tokens",
+        "member",
+        _V2_PLUGIN,
+        f"{_SPEC}.utils:DraftTokensHandler.set_draft_tokens",
+    ),
+    _v2(
+        "DraftTokensHandler._draft_tokens_by_req",
+        "init_attr",
+        _V2_PLUGIN,
+        f"{_SPEC}.utils:DraftTokensHandler._draft_tokens_by_req",
+    ),
     _v2("cpu_v2_runner", "name", _V2_PLUGIN, "vllm.v1.worker.cpu.model_runner:CPUModelRunner"),
 )
 

@@ -13,8 +13,11 @@ with EnginePool("Qwen/Qwen2.5-7B-Instruct", engines=4, actor_options={"num_gpus"
 Ray places and supervises the engines; dispatch is the rollout client's: a group is pinned
 to one engine (its samples draft from each other there), load per engine is bounded, and a
 sample whose engine dies is retried on another with its whole context (token ids), so no
-sample is lost and none is returned twice. The server runs in the actor's process session
-(never a session of its own), so it dies with the actor (``ray.kill``, a node failure).
+sample is lost and none is returned twice. Closing the pool stops each server, with its
+vLLM engine core and workers (:meth:`EngineActor.stop`), before the actor goes: the engine
+core does not watch the server, and left to Ray (``ray.kill``, then ``ray.shutdown()``) it
+has outlived both. The server stays in the actor's process group (never a session of its
+own), which Ray cleans up when an actor dies unasked (a crash).
 Needs ``ray`` (``pip install "agentspec-rl[ray]"``) and, where the actors run,
 ``vllm-agentspec[serve]`` (or ``[cpu]``).
 """
@@ -22,6 +25,7 @@ Needs ``ray`` (``pip install "agentspec-rl[ray]"``) and, where the actors run,
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -86,9 +90,46 @@ class EngineActor:
     def pid(self) -> int:
         return self.proc.pid
 
+    def stop(self, grace_s: float = 15.0) -> None:
+        """Stop the server and every process under it (vLLM's engine core and workers):
+        SIGTERM, then SIGKILL for whatever is left after ``grace_s``. Idempotent."""
+        _stop_tree(self.proc, signal.SIGTERM, grace_s)
+
+    def kill_server(self) -> None:
+        """SIGKILL the server and every process under it at once, as a crash would."""
+        _stop_tree(self.proc, signal.SIGKILL, 0.0)
+
     def _tail(self, lines: int = 40) -> str:
         with open(self.log_path, errors="replace") as f:
             return "".join(f.readlines()[-lines:])
+
+
+def _stop_tree(proc: subprocess.Popen[bytes], sig: signal.Signals, grace_s: float) -> None:
+    """Send ``sig`` to ``proc`` and its descendants, wait up to ``grace_s``, SIGKILL the rest."""
+    import psutil  # vLLM's own dependency: there wherever the server runs
+
+    if proc.poll() is not None:  # reaped: its pid may be another process's by now
+        return
+    try:
+        server = psutil.Process(proc.pid)
+        # Listed before anything is signalled: once the server is gone its engine core and
+        # workers belong to init and can no longer be found from here.
+        tree = [server, *server.children(recursive=True)]
+    except psutil.NoSuchProcess:  # already reaped
+        tree = []
+    for p in tree:
+        try:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(tree, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=10.0)
+    proc.wait(10.0)  # reap the server (it is this process's child)
 
 
 class EnginePool:
@@ -135,14 +176,26 @@ class EnginePool:
         return RolloutClient(self.urls, served_model or self.model, **settings)
 
     def kill(self, index: int) -> None:
-        """Kill engine ``index`` (its actor and, with it, its server), as a failure would."""
+        """Kill engine ``index`` (its server's processes, then its actor), as a failure would."""
         import ray
 
-        ray.kill(self.actors[index], no_restart=True)
+        actor = self.actors[index]
+        try:
+            ray.get(actor.kill_server.remote(), timeout=30.0)
+        except ray.exceptions.RayError:  # a dead or hung actor: ray.kill is all there is left
+            pass
+        ray.kill(actor, no_restart=True)
 
-    def shutdown(self) -> None:
+    def shutdown(self, grace_s: float = 15.0) -> None:
+        """Stop every engine's server (see :meth:`EngineActor.stop`), then its actor."""
         import ray
 
+        stops = [a.stop.remote(grace_s) for a in self.actors]
+        for ref in stops:
+            try:
+                ray.get(ref, timeout=grace_s + 30.0)
+            except ray.exceptions.RayError:  # an actor already dead (kill) or hung: killed below
+                pass
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
 

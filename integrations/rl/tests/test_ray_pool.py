@@ -30,6 +30,8 @@ from agentspec_rl import (
 )
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'agentspec-rl[ray]')")
+# Lists the engines' processes (vLLM's dependency: there wherever the engines can run).
+psutil = pytest.importorskip("psutil", reason="psutil is not installed (vLLM's dependency; install vLLM)")
 from agentspec_rl.ray_pool import EnginePool
 
 pytestmark = [pytest.mark.server, pytest.mark.ray]
@@ -58,9 +60,18 @@ def _pool(model_dir: Path) -> EnginePool:
 
 @pytest.fixture(scope="module")
 def pool(cluster: None, tiny_model_dir: Path) -> Iterator[EnginePool]:
-    """Two engines shared by the module's tests (the cluster has room for two)."""
-    with _pool(tiny_model_dir) as engines:
+    """Two engines shared by the module's tests (the cluster has room for two), closed before
+    the cluster goes; no process of theirs (server, engine core, worker) may outlive them."""
+    engines = _pool(tiny_model_dir)
+    try:
+        # Listed while the servers run (a killed server's engine core could not be found later).
+        servers = [psutil.Process(pid) for pid in ray.get([a.pid.remote() for a in engines.actors])]
+        processes = [p for server in servers for p in (server, *server.children(recursive=True))]
         yield engines
+    finally:
+        engines.shutdown()
+    _, alive = psutil.wait_procs(processes, timeout=5.0)
+    assert not alive, "outlived the pool: " + "; ".join(f"{p.pid} {' '.join(p.cmdline())}" for p in alive)
 
 
 def test_each_group_stays_on_one_engine(pool: EnginePool) -> None:
