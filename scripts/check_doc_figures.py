@@ -100,6 +100,8 @@ RL_ROUTING = "dev-rl-routing.json"
 RL_EPOCHS = "dev-rl-epochs.json"
 #: agentspec against vLLM 0.34's suffix method and 0.32's tree on the development set.
 SUFFIX_034 = "dev-suffix-034.json.gz"
+#: The live benchmark on vLLM 0.34's CPU build (Triton's interpreter running its kernels).
+LIVE_034 = "live-smollm2-cpu-vllm034.json"
 
 #: The command that wrote each file (run from the repository's root; a ``.json.gz`` is the
 #: ``.json`` it wrote, compressed by ``gzip -9n``).
@@ -153,6 +155,11 @@ COMMANDS: dict[str, str] = {
         "python benchmarks/live_bench.py --cache-dir .cache/real-model"
         " --servers none,vllm-suffix,eagle3,agentspec,hybrid,hybrid-arctic --drafter own-head --runs 1"
         " --json live-drafter-smollm2-cpu.json"
+    ),
+    LIVE_034: (
+        "AGENTSPEC_TRITON_INTERPRETER=1 PYTHONPATH=scripts/lib/vllm_cpu_site .venv-vllm034/bin/python"
+        " benchmarks/live_bench.py --cache-dir .cache/real-model --servers none,vllm-suffix,agentspec --runs 3"
+        " --json live-smollm2-cpu-vllm034.json"
     ),
     SUFFIX_034: (
         "agentspec bench --data data/trajectories-dev.jsonl.gz --proposers vllm-suffix,vllm-suffix-0.32,agentspec"
@@ -2052,6 +2059,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "dev-rl-routing": table_rl_routing,
     "dev-rl-epochs": table_rl_epochs,
     "live-smollm2-cpu": table_live,
+    "live-smollm2-cpu-vllm034": lambda results: table_live(results, LIVE_034),
     "rl-live-smollm2-cpu": table_rl_live,
     "rl-live-queued-smollm2-cpu": lambda results: table_rl_live(results, RL_LIVE_QUEUED),
     "dev-set": table_dev_set,
