@@ -66,6 +66,6 @@ fi
 if [ "$#" -eq 0 ]; then
   set -- tests/engine/test_lossless.py tests/engine/test_vllm_surface.py tests/engine/test_v2_contract.py \
     tests/engine/test_v2_speculator.py tests/engine/test_v2_suffix_kernels.py tests/engine/test_verified_widths.py \
-    "tests/engine/test_sessions.py::test_seed_raises_acceptance"
+    tests/engine/test_tenant_leak.py "tests/engine/test_sessions.py::test_seed_raises_acceptance"
 fi
 "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=10 "$@"
