@@ -138,6 +138,8 @@ class RequestDriver:
         self.retired_below: int | None = None
         #: The batch budget's probability cut for the current step (0.0: none).
         self.min_prob = 0.0
+        #: Whether the cut compares calibrated path probabilities (the budget's choice).
+        self.calibrated_cut = budget is not None and budget.calibrated_cut
         # (tenant, session) seen recently, most recent last; bounded like the index's own LRU.
         self._sessions: OrderedDict[tuple[str, str], None] = OrderedDict()
 
@@ -272,9 +274,11 @@ class RequestDriver:
         if req.disabled or req.done or (max_tokens is not None and max_tokens <= 0):
             req.last_draft_len = 0
             return None
-        draft = self.index.propose(req_id, max_tokens, self.min_prob)
+        draft = self.index.propose(req_id, max_tokens, self.min_prob, calibrated=self.calibrated_cut)
         req.last_draft_len = len(draft.token_ids)
         self.distributions["draft_length"][req.last_draft_len] += 1
+        if self.min_prob:
+            self.counters["budget_cut_tokens_total"] = self.index.tokens_cut
         # A draft under the step's probability cut teaches the budget nothing (as a capped
         # one teaches nothing): it cannot tell what the cut took off.
         req.teaches = self.budget is not None and self.min_prob == 0.0

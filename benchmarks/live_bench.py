@@ -79,6 +79,9 @@ from agentspec.testing.server_kinds import REAL_MODEL_ARGS, REAL_MODEL_NAME
 from agentspec.testing.stats import metric_value, scrape, session_stats
 
 SERVERS = ("none", "vllm-ngram", "vllm-suffix", "agentspec")
+#: agentspec under the fixed batch rule (``--agentspec-draft-budget batch``) instead of
+#: the cost budget, to measure what pricing drafts by the step cost gives; on request only.
+BATCH_RULE_SERVER = "agentspec-batch"
 #: Servers with a trained drafter (``--drafter``, an EAGLE-3 head from ``agentspec
 #: train-drafter``): vLLM's ``eagle3`` method with the head alone, and agentspec's hybrid by
 #: its own rule and by Arctic Inference's (``--agentspec-drafter-rule score``).
@@ -103,6 +106,7 @@ SPEC_CONFIGS: dict[str, dict[str, Any] | None] = {
     },
     "vllm-suffix": {"method": "suffix"},
     "agentspec": None,
+    BATCH_RULE_SERVER: None,
     "hybrid": None,
     "hybrid-arctic": None,
 }
@@ -579,10 +583,16 @@ def launch(
         head = DrafterSettings(model=str(drafter), num_tokens=DRAFTER_TOKENS, method="eagle3", rule=rule)
         # No step log: it records the index's drafts alone.
         return VLLMServer.launch(model, settings=EngineSettings(drafter=head), **common), None
-    if method != "agentspec":
+    if method not in ("agentspec", BATCH_RULE_SERVER):
         return VLLMServer.launch(model, agentspec=False, **common), None
     steps = Path(tempfile.mkdtemp(prefix="agentspec-steps-", dir=log_dir))
-    return VLLMServer.launch(model, settings=EngineSettings(step_log_dir=str(steps)), **common), steps
+    # The cost budget's measured step cost lands beside the step log (agentspec bench --cost-profile).
+    settings = (
+        EngineSettings(step_log_dir=str(steps), draft_budget="batch")
+        if method == BATCH_RULE_SERVER
+        else EngineSettings(step_log_dir=str(steps), cost_profile=str(steps / "cost-profile.json"))
+    )
+    return VLLMServer.launch(model, settings=settings, **common), steps
 
 
 # ---------------------------------------------------------------------------- reporting
@@ -665,7 +675,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--servers",
         default=",".join(SERVERS),
-        help=f"comma-separated, of {', '.join(SERVERS + DRAFTER_SERVERS)} (the last three need --drafter)",
+        help=f"comma-separated, of {', '.join((*SERVERS, BATCH_RULE_SERVER, *DRAFTER_SERVERS))}"
+        " (the last three need --drafter)",
     )
     p.add_argument("--drafter", type=Path, help="an EAGLE-3 head (agentspec train-drafter) for eagle3 and hybrid")
     p.add_argument("--transcripts", type=Path, help="append every call answered, as trajectories, to this file")
@@ -691,7 +702,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     methods = [n.strip() for n in args.servers.split(",") if n.strip()]
     workloads = [n.strip() for n in args.workloads.split(",") if n.strip()]
-    for given, known, what in ((methods, SERVERS + DRAFTER_SERVERS, "servers"), (workloads, WORKLOADS, "workloads")):
+    known_servers = (*SERVERS, BATCH_RULE_SERVER, *DRAFTER_SERVERS)
+    for given, known, what in ((methods, known_servers, "servers"), (workloads, WORKLOADS, "workloads")):
         if unknown := sorted(set(given) - set(known)):
             p.error(f"unknown {what}: {', '.join(unknown)} (choose from {', '.join(known)})")
     if set(methods) & set(DRAFTER_SERVERS) and (args.drafter is None or not (args.drafter / "config.json").is_file()):

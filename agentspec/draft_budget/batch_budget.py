@@ -23,11 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 
 class DraftBudget(Protocol):
     """Draft tokens per request by batch size, told how drafts and steps went."""
+
+    #: Whether the step's probability cut (:meth:`min_prob_for`) is compared with a draft's
+    #: calibrated path probability (the index's level calibration) or its raw one.
+    calibrated_cut: ClassVar[bool]
 
     @property
     def max_tokens(self) -> int: ...
@@ -46,6 +50,13 @@ class DraftBudget(Protocol):
         """A step of ``batch_size`` requests at a mean ``context_tokens``, whose drafter
         took ``drafter_s`` per request."""
 
+    def observe_timed_step(self, batch_size: int, verified: int, emitted: int, seconds: float | None) -> None:
+        """A decoding step of ``batch_size`` requests verified ``verified`` tokens and
+        emitted ``emitted`` in ``seconds`` (None: not timed by a clock that may steer)."""
+
+    def observe_drafter(self, passes: int, seconds: float) -> None:
+        """A model drafter's call took ``seconds`` running ``passes`` passes beyond its first."""
+
 
 @dataclass(frozen=True, slots=True)
 class BatchBudget:
@@ -54,6 +65,8 @@ class BatchBudget:
     max_tokens: int
     full_batch: int = 8
     off_batch: int = 64
+
+    calibrated_cut: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if self.max_tokens < 0:
@@ -81,4 +94,10 @@ class BatchBudget:
         """The fixed rule learns nothing."""
 
     def observe_step(self, batch_size: int, context_tokens: float, drafter_s: float, drafting: bool) -> None:
+        """The fixed rule learns nothing."""
+
+    def observe_timed_step(self, batch_size: int, verified: int, emitted: int, seconds: float | None) -> None:
+        """The fixed rule learns nothing."""
+
+    def observe_drafter(self, passes: int, seconds: float) -> None:
         """The fixed rule learns nothing."""

@@ -14,8 +14,18 @@ when its score reaches the model drafter's draft length (:func:`choose_by_score`
   accepted, turned into expected accepted tokens for a draft of a given length.
 
 The drafter's forward pass is batched, so it is skipped only for a whole step in which
-no request chose it (:func:`model_runs`). No vLLM here: the engine adapter
-(:mod:`agentspec.engine.worker.hybrid_drafting`) applies these rules.
+no request chose it (:func:`model_runs`).
+
+Under the cost budget (:mod:`agentspec.draft_budget.cost_budget`) both drafters' tokens are
+priced in output tokens: each verified token costs ``token_price``, so a draft is worth its
+expected tokens less ``token_price`` per token (:func:`net_tokens`), a model draft is no
+longer than its tokens pay for (:meth:`HybridRule.paying_length`), and the model's passes
+run only when what the requests that chose it gain over their index drafts is worth
+the passes (:func:`passes_pay`). At price 0 (a flat cost, or the fixed batch rule) the
+choice is the one above.
+
+No vLLM here: the engine adapter (:mod:`agentspec.engine.worker.hybrid_drafting`) applies
+these rules.
 """
 
 from __future__ import annotations
@@ -24,7 +34,16 @@ import enum
 from collections.abc import Iterable
 from typing import Literal
 
-__all__ = ["DraftPath", "HybridRule", "ModelDrafterEstimate", "choose", "choose_by_score", "model_runs"]
+__all__ = [
+    "DraftPath",
+    "HybridRule",
+    "ModelDrafterEstimate",
+    "choose",
+    "choose_by_score",
+    "model_runs",
+    "net_tokens",
+    "passes_pay",
+]
 
 
 class DraftPath(str, enum.Enum):
@@ -113,6 +132,18 @@ def model_runs(paths: Iterable[DraftPath]) -> bool:
     return any(path is DraftPath.MODEL for path in paths)
 
 
+def net_tokens(expected: float, length: int, token_price: float) -> float:
+    """What a draft of ``length`` tokens expected to deliver ``expected`` is worth, in
+    output tokens, once its verification is paid (``token_price`` per token)."""
+    return expected - token_price * length
+
+
+def passes_pay(gains: Iterable[float], passes: int, pass_price: float) -> bool:
+    """Whether ``passes`` model-drafter passes, ``pass_price`` output tokens each, are worth
+    the net tokens the requests that chose the model gain over their index drafts."""
+    return passes <= 0 or sum(gains) >= passes * pass_price
+
+
 class HybridRule:
     """One engine's choice between the index and the model drafter, step after step: the
     configured rule (``"expected"``: :func:`choose`; ``"score"``: :func:`choose_by_score`)
@@ -133,6 +164,16 @@ class HybridRule:
     def model_expected(self, model_cap: int) -> float:
         """What a model draft of ``model_cap`` tokens is expected to deliver now."""
         return self.estimate.expected_accepted(model_cap)
+
+    def paying_length(self, model_cap: int, token_price: float) -> int:
+        """The longest model draft, at most ``model_cap``, whose last token's path
+        probability (``acceptance ** n``) still pays its verification, ``token_price``."""
+        if token_price <= 0.0:
+            return model_cap
+        p, n, path = self.estimate.acceptance, 0, 1.0
+        while n < model_cap and path * p >= token_price:
+            n, path = n + 1, path * p
+        return n
 
     def choose(
         self, suffix_tokens: int, suffix_score: float, suffix_expected: float, model_tokens: int, model_expected: float

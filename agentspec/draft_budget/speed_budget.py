@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from agentspec.draft_budget.speed_model import DraftOutcomes, SpeedModel
 from agentspec.index.types import cut_length
@@ -81,6 +81,8 @@ class SpeedBudget:
     """The batch budget of :mod:`agentspec.draft_budget.batch_budget`'s interface (``max_tokens``,
     ``tokens_for``, ``min_prob_for``), choosing limits with ``model`` (see the module
     docstring)."""
+
+    calibrated_cut: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -176,3 +178,9 @@ class SpeedBudget:
         self.context_tokens += _SMOOTHING * (context_tokens - self.context_tokens)
         previous = self.drafter_s[drafting]
         self.drafter_s[drafting] = drafter_s if previous == 0.0 else previous + _SMOOTHING * (drafter_s - previous)
+
+    def observe_timed_step(self, batch_size: int, verified: int, emitted: int, seconds: float | None) -> None:
+        """The speed model prices steps by its roofline, not by their times."""
+
+    def observe_drafter(self, passes: int, seconds: float) -> None:
+        """The drafter's time reaches the speed model through :meth:`observe_step`."""

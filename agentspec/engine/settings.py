@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agentspec import wire
 from agentspec.draft_budget.speed_model import parse_speed_model
+from agentspec.draft_budget.step_cost import read_cost_profile
 from agentspec.engine.exchange_config import RedisExchangeConfig
 from agentspec.index.policy import IndexConfig
 
@@ -93,6 +94,26 @@ class EngineSettings(BaseModel):
         default_factory=IndexConfig,
         description="JSON of agentspec.index.policy.IndexConfig: the index's memory budgets and eviction.",
         json_schema_extra=cli("index-config", metavar="JSON", json=True),
+    )
+
+    draft_budget: Literal["cost", "batch"] = Field(
+        "cost",
+        description=(
+            "How each step's drafts are limited: cost (cut where a token's calibrated path probability"
+            " no longer pays for its verification, by the step cost this engine measures on itself) or"
+            " batch (full drafts up to full_draft_batch requests, halving up to no_draft_batch, none above)."
+        ),
+    )
+    cost_profile: str | None = Field(
+        None,
+        description=(
+            "A JSON file of the step cost (agentspec.draft_budget.step_cost): read at start as the cost"
+            " budget's prior when it exists, rewritten with what the engine measures while it runs, for"
+            " the next start and for agentspec bench --cost-profile. Unset: the engine starts knowing"
+            " nothing of its cost (no draft cut until steps are timed) and keeps what it learns in"
+            " its statistics only."
+        ),
+        json_schema_extra=cli(metavar="FILE"),
     )
 
     # Batch-aware budget, see agentspec.draft_budget.batch_budget.
@@ -215,6 +236,13 @@ class EngineSettings(BaseModel):
     def _known_speed_model(cls, value: str | None) -> str | None:
         if value is not None:
             parse_speed_model(value)  # a clear error now, not in the engine
+        return value
+
+    @field_validator("cost_profile")
+    @classmethod
+    def _readable_cost_profile(cls, value: str | None) -> str | None:
+        if value is not None and os.path.exists(value):
+            read_cost_profile(value)  # a clear error now, not in the engine
         return value
 
     @field_validator("exchange_url")

@@ -88,6 +88,8 @@ class DraftIndex:
         self._global_written: dict[str, set[int]] = {}
         self._global_evicted_tokens = 0
         self._level_counts = {lvl.value: _LevelCounts() for lvl in Level if lvl is not Level.NONE}
+        #: Draft tokens a budget's probability cut took off (:meth:`propose`'s ``min_prob``).
+        self.tokens_cut = 0
         self._calibrations: dict[str, LevelCalibration] = {}
 
     # ------------------------------------------------------------------ calls
@@ -162,10 +164,14 @@ class DraftIndex:
             self._global_text[call.tenant].extend(call.global_seq, arr)
         self._enforce_budgets(call.session, call.group)
 
-    def propose(self, call_id: Hashable, max_tokens: int | None = None, min_prob: float = 0.0) -> Draft:
+    def propose(
+        self, call_id: Hashable, max_tokens: int | None = None, min_prob: float = 0.0, *, calibrated: bool = False
+    ) -> Draft:
         """The best draft for the call's current context, at most ``max_tokens`` long and
         stopped where its path probability falls below ``min_prob`` (a batch budget's cut;
-        the policy's ``min_token_prob`` applies as well)."""
+        the policy's ``min_token_prob`` applies as well). With ``calibrated``, the cut
+        compares ``min_prob`` with the path probability weighted by the level's calibration
+        (what the target bore out of that level's estimates)."""
         call = self._call(call_id)
         policy = self.config.policy
         budget = policy.max_spec_tokens if max_tokens is None else min(max_tokens, policy.max_spec_tokens)
@@ -175,8 +181,14 @@ class DraftIndex:
         context = call.stream.tokens.tail(min(self._max_depth, policy.max_match_tokens))
         best, level = self._best_draft(call, context, budget)
         if min_prob > policy.min_token_prob and level is not Level.NONE:
-            kept = cut_length(best.probs, min_prob)
+            threshold = min_prob
+            if calibrated:
+                calibration = self._calibration(call.tenant)
+                weight = 1.0 if calibration is None else calibration.weight(level.value)
+                threshold = min_prob / weight if weight > 0 else float("inf")
+            kept = cut_length(best.probs, threshold)
             if kept < len(best.token_ids):
+                self.tokens_cut += len(best.token_ids) - kept
                 probs = best.probs[:kept]
                 best = TreeDraft(best.token_ids[:kept], probs, float(sum(probs)), best.match_len)
                 level = level if kept else Level.NONE

@@ -151,6 +151,16 @@ def bench(
     draft_token_ms: Annotated[
         float, typer.Option(help="Cost model: extra ms per verified draft token.")
     ] = CostModel().draft_token_ms,
+    cost_profile: Annotated[
+        Path | None,
+        typer.Option(
+            help="A server's measured step cost (agentspec serve --agentspec-cost-profile FILE): the cost model"
+            " becomes that machine's (in place of --step-ms and --draft-token-ms), and agentspec's drafts are"
+            " cut where that server's cost budget cuts them.",
+            dir_okay=False,
+            metavar="FILE",
+        ),
+    ] = None,
     ngram_k: Annotated[int, typer.Option(help="vllm-ngram: num_speculative_tokens.")] = ProposerSettings().ngram_k,
     ngram_min: Annotated[int, typer.Option(help="vllm-ngram: prompt_lookup_min.")] = ProposerSettings().ngram_min,
     ngram_max: Annotated[int, typer.Option(help="vllm-ngram: prompt_lookup_max.")] = ProposerSettings().ngram_max,
@@ -219,6 +229,7 @@ def bench(
         typer.echo(f"error: agentspec bench: {missing}", err=True)
         raise typer.Exit(1)
     from agentspec.draft_budget.speed_model import parse_speed_model
+    from agentspec.draft_budget.step_cost import read_cost_profile
 
     # Inputs are checked before the benchmark's heavy imports (the tokenizer, the index,
     # vLLM's n-gram function): a mistake is reported at once.
@@ -230,6 +241,7 @@ def bench(
     if proposers is None:
         proposers = ",".join(DRAFTER_PROPOSERS if drafter_settings is not None else DEFAULT_PROPOSERS)
     try:
+        profile = read_cost_profile(cost_profile) if cost_profile is not None else None
         speeds = [parse_speed_model(spec) for spec in speed_model or ()]
         default_routing, per_proposer = (None, {}) if routing == "auto" else parse_routing(routing)
         config = ReplayConfig(
@@ -257,8 +269,11 @@ def bench(
                 ngram_impl=ngram_impl,  # type: ignore[arg-type]
                 agentspec_policy=DraftPolicy.model_validate_json(agentspec_policy) if agentspec_policy else None,
                 drafter=drafter_settings,
+                cost_profile=profile,
             ),
-            cost=CostModel(step_ms=step_ms, draft_token_ms=draft_token_ms),
+            cost=CostModel.from_profile(profile)
+            if profile is not None
+            else CostModel(step_ms=step_ms, draft_token_ms=draft_token_ms),
         )
     except ValidationError as e:
         _fail("; ".join(err["msg"].removeprefix("Value error, ") for err in e.errors()))

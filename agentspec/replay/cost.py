@@ -17,16 +17,43 @@ Prefill is the same with and without speculation and is left out.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from agentspec.draft_budget.step_cost import StepCostProfile
 
 
 class CostModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    @classmethod
+    def from_profile(cls, profile: StepCostProfile) -> CostModel:
+        """The cost of one request's steps on the server that measured ``profile``
+        (``agentspec serve --agentspec-cost-profile``): a step of one request verifying
+        its last token, plus each draft token's verification."""
+        step_s = profile.step_seconds(1, 1)
+        if step_s <= 0:
+            raise ValueError("the cost profile gives a step of one request no time")
+        return cls(step_ms=step_s * 1e3, draft_token_ms=profile.per_token_s * 1e3, source="profile")
+
     #: One decoding step of the target model (batch of one request's view).
     step_ms: float = Field(default=25.0, gt=0)
     #: Extra verification cost per draft token in a step.
     draft_token_ms: float = Field(default=0.25, ge=0)
+    #: Where the figures come from: assumed (the options' values) or a server's profile.
+    source: Literal["assumed", "profile"] = "assumed"
+
+    def spec_seconds(self, steps: int, drafted_tokens: int, propose_ns: int, index_ns: int) -> float:
+        """The time of the replayed calls' decoding steps with speculation, in seconds."""
+        return (steps * self.step_ms + drafted_tokens * self.draft_token_ms) / 1e3 + (propose_ns + index_ns) / 1e9
+
+    def tokens_per_second(
+        self, output_tokens: int, steps: int, drafted_tokens: int, propose_ns: int, index_ns: int
+    ) -> float:
+        """Output tokens per second of one request's decoding at this cost."""
+        seconds = self.spec_seconds(steps, drafted_tokens, propose_ns, index_ns)
+        return output_tokens / seconds if seconds > 0 else 0.0
 
     def speedup(
         self,

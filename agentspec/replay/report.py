@@ -26,6 +26,8 @@ def render_table(result: ReplayResult, baseline: str | None = None, compact: boo
     baseline = baseline or result.settings.get("baseline", "vllm-suffix")
     s = result.settings
     multi = (s.get("replicas") or 1) > 1
+    from_profile = s["cost"].get("source") == "profile"
+    profiled = " (the server's measured cost profile; tok/s: one request's decoding on it)" if from_profile else ""
     exchanging = ""
     if s.get("exchange") and multi:
         lag = s.get("exchange_lag") or 0
@@ -35,8 +37,8 @@ def render_table(result: ReplayResult, baseline: str | None = None, compact: boo
         f"drafted tokens; vs oracle (/oracle), vs {baseline} (/base): AL ratios. replicas={s.get('replicas')}"
         f"{exchanging}, window={s.get('window')}{' with condenser seeding' if s.get('seed_dropped') else ''}, "
         f"concurrency={s.get('concurrency')}{' in lockstep' if s.get('lockstep') else ''}. Speedup estimate: "
-        f"{s['cost']['step_ms']} ms/step + {s['cost']['draft_token_ms']} ms/draft token + "
-        f"measured drafter time."
+        f"{s['cost']['step_ms']:.4g} ms/step + {s['cost']['draft_token_ms']:.4g} ms/draft token + "
+        f"measured drafter time{profiled}."
     )
     table = Table(title="agentspec bench", caption=caption, caption_justify="left")
     right = {"justify": "right", "no_wrap": True}
@@ -57,6 +59,8 @@ def render_table(result: ReplayResult, baseline: str | None = None, compact: boo
     if not compact:
         columns += [("index µs/call", right), ("propose µs/step", right), ("peak MB", right)]
     columns.append(("speedup", {**right, "style": "bold"}))
+    if from_profile:
+        columns.append(("tok/s", right))
     for name, kw in columns:
         table.add_column(name, **kw)  # type: ignore[arg-type]
     sources = result.sources()
@@ -85,6 +89,8 @@ def render_table(result: ReplayResult, baseline: str | None = None, compact: boo
                     f"{r.peak_index_mb:,.1f}",
                 ]
             cells.append(f"{r.est_speedup:.2f}×")
+            if from_profile:
+                cells.append(f"{r.est_tokens_per_s:,.1f}")
             table.add_row(
                 *cells,
                 end_section=i < len(sources) - 1 and k == len(rows) - 1,

@@ -41,6 +41,9 @@ class Record(BaseModel):
     peak_index_mb: float
     est_speedup: float
     routing: str
+    #: Output tokens/s of one request's decoding by the cost model (a server's, with
+    #: ``--cost-profile``).
+    est_tokens_per_s: float = 0.0
     #: AL relative to the oracle's and to the baseline proposer's on the same source.
     al_vs_oracle: float | None = None
     al_vs_baseline: float | None = None
@@ -214,6 +217,9 @@ def summarise(config: ReplayConfig, results: list[SourceResult], wall_s: float) 
             accepted_tokens=t.accepted_tokens,
             peak_index_mb=t.peak_memory_bytes / 2**20,
             est_speedup=config.cost.speedup(t.output_tokens, t.steps, t.drafted_tokens, t.propose_ns, t.index_ns),
+            est_tokens_per_s=config.cost.tokens_per_second(
+                t.output_tokens, t.steps, t.drafted_tokens, t.propose_ns, t.index_ns
+            ),
             routing=config.routing_for(name).value if config.replicas > 1 else "single",
             bytes_per_held_token=t.peak_memory_bytes / t.held_tokens_at_peak if t.held_tokens_at_peak else None,
             context_tokens_per_step=t.context_tokens / t.proposals if t.proposals else 0.0,

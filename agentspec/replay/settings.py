@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentspec.draft_budget.step_cost import StepCostProfile
 from agentspec.index.policy import DraftPolicy
 
 
@@ -60,6 +61,10 @@ class ProposerSettings(BaseModel):
     suffix_fixed_tokens: int | None = Field(default=None, ge=1)
     #: 0.34's ``vllm-suffix``: suffix_decoding_corpus_tokens, the ring of finished responses.
     suffix_corpus_tokens: int = Field(default=1 << 20, ge=0, lt=1 << 31)
+    #: agentspec: the step cost of the server replayed (``agentspec serve
+    #: --agentspec-cost-profile``); its drafts are then cut where the server's cost budget
+    #: cuts them at that cost (None: uncut, as a server that has timed nothing).
+    cost_profile: StepCostProfile | None = None
     # Oracle: tree speculation over a global index of everything seen.
     oracle_depth: int = 64
     oracle_nodes: int = 256

@@ -99,6 +99,7 @@ def replay_steps(events: Sequence[Mapping[str, Any]], calls: Mapping[str, Logged
         kind = event.get("e")
         if kind == "start":
             full_cap = int(event["k"])
+            driver.calibrated_cut = bool(event.get("calibrated", False))
         elif kind == "end":
             for req_id in event["req"]:
                 if live.pop(req_id, None) is not None:

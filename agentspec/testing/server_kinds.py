@@ -166,9 +166,13 @@ SERVER_KINDS: dict[str, ServerKind] = {
         ServerKind(
             "hybrid",
             "``agentspec serve --agentspec-drafter`` with the tiny model as its own draft model (4 tokens): "
-            "a drafter that always agrees, so a fault in the draft KV cache shows as a rejected draft",
+            "a drafter that always agrees, so a fault in the draft KV cache shows as a rejected draft; under "
+            "the fixed batch rule, because the cost budget would rightly never pay for a drafter as large as "
+            "the target on a CPU, and the tests are about switching paths",
             lambda c: EngineSettings(
-                index=TEST_INDEX_CONFIG, drafter=DrafterSettings(model=str(c.model_dir), num_tokens=4)
+                index=TEST_INDEX_CONFIG,
+                drafter=DrafterSettings(model=str(c.model_dir), num_tokens=4),
+                draft_budget="batch",
             ),
         ),
         ServerKind(
@@ -182,6 +186,7 @@ SERVER_KINDS: dict[str, ServerKind] = {
                     num_tokens=3,
                     method="eagle3",
                 ),
+                draft_budget="batch",  # as hybrid's: every path taken, whatever it costs here
             ),
             extra_args=("--speculative-config", '{"draft_sample_method": "probabilistic"}'),
         ),

@@ -7,9 +7,12 @@ the replay benchmark's agentspec proposer and loop (``agentspec.replay``). The s
 per-session statistics and the replay's counts must be equal: the benchmark runs the code
 the server runs, with the same index settings.
 
-At higher concurrency the batch budget cuts drafts and calls in flight see each other's
-text; the server's step log (``agentspec.engine.worker.step_log``) records each step's batch and
-caps, and ``agentspec.replay.step_replay`` redoes the steps from it: equal, step by step.
+The one-call-at-a-time comparison runs on a server under the fixed batch rule, which cuts
+nothing at batch 1: the default cost budget prices tokens by the step times it measures as
+it runs, which no offline replay can know. At higher concurrency, on the default server,
+the cost budget cuts drafts and calls in flight see each other's text; the server's step
+log (``agentspec.engine.worker.step_log``) records each step's batch, caps and cut, and
+``agentspec.replay.step_replay`` redoes the steps from it: equal, step by step.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import pytest
 from engine_helpers import MODEL
 
 from agentspec import wire
+from agentspec.engine.settings import EngineSettings
 from agentspec.index import DraftIndex
 from agentspec.replay.calls import CallSpec
 from agentspec.replay.driver_proposer import DriverProposer
@@ -37,9 +41,19 @@ from agentspec.testing.fidelity import (
     logged_calls,
     run_agents,
 )
-from agentspec.testing.pytest_plugin import TEST_INDEX_CONFIG
+from agentspec.testing.pytest_plugin import TEST_INDEX_CONFIG, server_fixture
+from agentspec.testing.server_kinds import ServerKind
+from agentspec.testing.stats import metric_value, scrape
 
 pytestmark = pytest.mark.server
+
+batch_rule_server = server_fixture(
+    ServerKind(
+        "agentspec-batch-rule",
+        "``agentspec serve --agentspec-draft-budget batch``: the fixed rule, no cut at batch 1",
+        lambda c: EngineSettings(index=TEST_INDEX_CONFIG, draft_budget="batch"),
+    )
+)
 
 SESSIONS, TURNS, MAX_TOKENS = 3, 4, 40
 
@@ -81,8 +95,8 @@ def _stats(base: str, session: str, salt: str) -> dict[str, int]:
         time.sleep(0.2)
 
 
-def test_the_replay_counts_what_the_server_counted(agentspec_server) -> None:
-    base = agentspec_server.url
+def test_the_replay_counts_what_the_server_counted(batch_rule_server) -> None:
+    base = batch_rule_server.url
     tag = uuid.uuid4().hex[:8]
     # A tenant of its own (cache_salt): its global corpus starts empty, as the replay's does.
     salt = f"fidelity-{tag}"
@@ -97,13 +111,14 @@ def test_the_replay_counts_what_the_server_counted(agentspec_server) -> None:
 
 
 def test_the_step_replay_equals_the_server_at_concurrency(agentspec_server) -> None:
-    """More sessions at once than the batch budget drafts in full for (8), so that it cuts
-    drafts; siblings of a group share their first prompt and run at the same time."""
+    """Many sessions at once under the cost budget, which prices their draft tokens by the
+    step times it measures; siblings of a group share their first prompt and run at the
+    same time."""
     base = agentspec_server.url
     tag = f"fidc-{uuid.uuid4().hex[:8]}"
     salt = f"fidelity-{tag}"  # a tenant of its own, as above
-    # 20 sessions for a batch budget of 8: their requests reach the engine over a few steps
-    # (more so while another server starts beside it), so fewer than all run at once.
+    # 20 sessions: their requests reach the engine over a few steps (more so while another
+    # server starts beside it), so fewer than all run at once.
     calls = run_agents(base, MODEL, AgentWorkload(sessions=20, turns=TURNS, max_tokens=MAX_TOKENS), salt=salt, tag=tag)
     events, logged, _ = logged_calls(agentspec_server.step_log_dir, calls)
 
@@ -111,8 +126,16 @@ def test_the_step_replay_equals_the_server_at_concurrency(agentspec_server) -> N
     # Step by step: the same tokens emitted and the same draft lengths for every request.
     assert replayed.mismatches == []
     assert replayed.rows > len(calls) * 5
-    # The batch budget really cut drafts: more requests ran at once than it drafts in full for.
-    assert replayed.max_batch > 8 and replayed.limited_rows > 0
+    # The cost budget really priced drafts: it timed steps, some steps' cut was above the
+    # policy's own, and the cut took tokens off (what the replay redid exactly, above).
+    assert replayed.max_batch > 8
+    (start,) = [e for e in events if e["e"] == "start"]
+    assert start.get("calibrated") is True
+    assert any(e.get("min_prob", 0.0) > 0.1 for e in events if e["e"] == "step")
+    metrics = scrape(base)
+    assert metric_value(metrics, "agentspec_step_cost_timed_steps") > 0
+    assert metric_value(metrics, "agentspec_step_cost_token_seconds") > 0
+    assert metric_value(metrics, "agentspec_budget_cut_tokens_total") > 0
     sessions = {c.session for c in calls}
     for session in sessions:
         stats = _stats(base, session, salt)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -27,7 +28,9 @@ from agentspec.engine.settings import DrafterSettings, EngineSettings
 hybrid_mod = pytest.importorskip("agentspec.engine.vllm.proposers", reason="needs vLLM")
 import torch  # noqa: E402 - vLLM's dependency
 
+from agentspec.draft_budget.cost_budget import CostBudget  # noqa: E402
 from agentspec.draft_budget.speed_budget import SpeedBudget  # noqa: E402
+from agentspec.draft_budget.step_cost import StepCostProfile  # noqa: E402
 from agentspec.engine.vllm import plugin  # noqa: E402
 from agentspec.engine.vllm import runner as runner_patch  # noqa: E402
 from agentspec.engine.worker import drafting, hybrid_drafting  # noqa: E402
@@ -105,11 +108,16 @@ def _params(req_id: str) -> SimpleNamespace:
     )
 
 
-def test_ranks_on_different_clocks_draft_alike_and_run_the_same_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+def _run_ranks(
+    monkeypatch: pytest.MonkeyPatch, settings: EngineSettings, prepare: Callable[[Any], None]
+) -> tuple[list[Any], list[list[int]], RankClocks]:
+    """Two ranks of one group on clocks far apart, fed the same steps: asserts at every step
+    that they ran the same drafter passes and drafted alike; returns the ranks, rank 0's
+    passes per step and the clocks."""
     clocks = RankClocks(TICKS)
     monkeypatch.setattr(drafting, "perf_counter", clocks)
     monkeypatch.setattr(hybrid_drafting, "perf_counter", clocks)
-    ranks = [_hybrid(SETTINGS) for _ in TICKS]
+    ranks = [_hybrid(settings) for _ in TICKS]
     requests = _requests()
     passes: list[list[int]] = [[] for _ in ranks]
     step_sampled: list[list[int]] = []
@@ -125,14 +133,11 @@ def test_ranks_on_different_clocks_draft_alike_and_run_the_same_passes(monkeypat
     monkeypatch.setattr(hybrid_mod.SpecDecodeBaseProposer, "propose", forward)
     for rank, p in enumerate(ranks):
         p.bind(publish=rank == 0, alone_in_group=False)
-        budget = p.driver.budget
-        assert isinstance(budget, SpeedBudget)
-        budget.warmup, budget.explore_every = 12, 1000  # leave the warm-up within the test
+        prepare(p.driver.budget)
         for r in requests:
             p.on_request_added(r.req_id, _params(r.req_id))
 
     sent: list[list[int]] = [[] for _ in requests]  # rank 0's drafts: what vLLM verifies, on every rank
-    model_steps = 0
     for step in range(STEPS):
         step_sampled[:] = [r.verify(d) for r, d in zip(requests, sent, strict=True)]
         batch = _batch(requests)
@@ -145,15 +150,41 @@ def test_ranks_on_different_clocks_draft_alike_and_run_the_same_passes(monkeypat
             r.output += s
         assert passes[1] == passes[0], f"step {step}: the ranks ran different drafter passes"
         assert drafts[1] == drafts[0], f"step {step}: the ranks' drafts differ"
-        model_steps += passes[0][-1] > 0
         sent = drafts[0]
-
-    # What the test is for happened: the clocks were far apart, the budget left its
-    # warm-up, the draft model's passes ran on some steps, and the index drafted.
     assert clocks.now[1] > 1e6 * clocks.now[0]
+    return ranks, passes[0], clocks
+
+
+def test_ranks_on_different_clocks_draft_alike_and_run_the_same_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    def prepare(budget: Any) -> None:
+        assert isinstance(budget, SpeedBudget)
+        budget.warmup, budget.explore_every = 12, 1000  # leave the warm-up within the test
+
+    ranks, passes, _ = _run_ranks(monkeypatch, SETTINGS, prepare)
+    # What the test is for happened: the budget left its warm-up, the draft model's passes
+    # ran on some steps, and the index drafted.
     assert all(p.driver.budget.proposals >= p.driver.budget.warmup for p in ranks)
-    assert model_steps > 0 and any(passes[0][-5:])
+    assert sum(n > 0 for n in passes) > 0 and any(passes[-5:])
     assert ranks[0].driver.counters.get("suffix_draft_tokens_total", 0) > 0
+
+
+def test_ranks_under_the_cost_budget_price_alike_whatever_their_clocks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A steep step cost from the operator's profile, so that prices cut drafts and passes.
+    profile = tmp_path / "cost.json"
+    StepCostProfile(fixed_s=0.004, per_request_s=0.001, per_token_s=0.003, drafter_pass_s=0.002).write(profile)
+    settings = EngineSettings(cost_profile=str(profile), drafter=DrafterSettings(model="org/drafter", num_tokens=4))
+
+    def prepare(budget: Any) -> None:
+        assert isinstance(budget, CostBudget) and not budget.learns
+        budget.explore_every = 6  # steps that try the model drafter, within the test
+
+    ranks, passes, _ = _run_ranks(monkeypatch, settings, prepare)
+    # The prices were real: both ranks priced tokens above nothing and cut some drafts.
+    assert all(p.driver.budget.last_price > 0.1 for p in ranks)
+    assert ranks[0].driver.counters.get("suffix_draft_tokens_total", 0) > 0
+    assert len(set(passes)) > 1 or ranks[0].driver.counters.get("drafter_runs_unpaid_total", 0) > 0
 
 
 def _bound_after_one_step(alone_in_group: bool, make: Callable[[], Any] = lambda: _hybrid(SETTINGS)) -> Any:

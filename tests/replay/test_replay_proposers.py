@@ -35,7 +35,7 @@ class FakeIndex:
     def extend_call(self, call_id, tokens):
         self.log.append(("extend", list(tokens)))
 
-    def propose(self, call_id, max_tokens=None, min_prob=0.0):
+    def propose(self, call_id, max_tokens=None, min_prob=0.0, *, calibrated=False):
         self.log.append(("propose",))
         return SimpleNamespace(token_ids=[11, 12, 99], probs=[0.9, 0.5, 0.2])
 

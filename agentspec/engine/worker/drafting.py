@@ -46,8 +46,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from agentspec import wire
 from agentspec._extras import missing_message
 from agentspec.draft_budget.batch_budget import BatchBudget, DraftBudget
+from agentspec.draft_budget.cost_budget import CostBudget
 from agentspec.draft_budget.speed_budget import SpeedBudget
 from agentspec.draft_budget.speed_model import parse_speed_model
+from agentspec.draft_budget.step_cost import FLAT_PROFILE, read_cost_profile
 from agentspec.driver import RequestDriver, RequestSpec, TokenSeed
 from agentspec.engine.exchange import (
     Exchange,
@@ -129,15 +131,10 @@ class SessionDrafting:
             }
         )
         self.index = DraftIndex(self.settings.index.model_copy(update={"policy": policy}))
-        budget: DraftBudget
-        if self.settings.speed_model is not None:
-            # Caps from a speed model of this engine (agentspec.draft_budget.speed_budget).
-            budget = SpeedBudget(parse_speed_model(self.settings.speed_model), spec.num_speculative_tokens)
-        else:
-            budget = BatchBudget(
-                spec.num_speculative_tokens, self.settings.full_draft_batch, self.settings.no_draft_batch
-            )
-        self.driver = RequestDriver(self.index, budget)
+        # Whether the drafter's measured time feeds the budget (see bind); until bound, as
+        # if the worker shared its group.
+        self._clock_steers = not self.ranks_must_agree
+        self.driver = RequestDriver(self.index, self._make_budget(spec.num_speculative_tokens))
         self._writer: SnapshotWriter | None = None
         self._dirty = False
         self._next_publish = 0.0
@@ -149,9 +146,34 @@ class SessionDrafting:
         self._step_log: StepLog | None = None
         # Per request: its tokens (prompt and output) the index has been given.
         self._seen: dict[str, int] = {}
-        # Whether the drafter's measured time feeds the budget (see bind); until bound, as
-        # if the worker shared its group.
-        self._clock_steers = not self.ranks_must_agree
+        # The last step's draft width per request and when its drafting ended: the next
+        # step verifies those drafts, and its time is the target's (see _time_step).
+        self._step_widths: dict[str, int] = {}
+        self._step_ended: float | None = None
+        self._next_cost_write = 0.0
+
+    def _make_budget(self, k: int) -> DraftBudget:
+        """The draft budget the settings name (``draft_budget``, ``speed_model``)."""
+        settings = self.settings
+        if settings.speed_model is not None:
+            # Caps from a speed model of this engine (agentspec.draft_budget.speed_budget).
+            return SpeedBudget(parse_speed_model(settings.speed_model), k)
+        if settings.draft_budget == "batch":
+            return BatchBudget(k, settings.full_draft_batch, settings.no_draft_batch)
+        path = self._cost_profile_path()
+        prior = read_cost_profile(path) if path is not None and os.path.exists(path) else FLAT_PROFILE
+        if prior is not FLAT_PROFILE:
+            logger.info("agentspec: step cost from %s (%s, %d steps)", path, prior.source, prior.steps)
+        return CostBudget(k, prior, learns=self._clock_steers)
+
+    def _cost_profile_path(self) -> str | None:
+        """Where this worker reads and writes its step cost: the settings' file, with the
+        data-parallel rank beside its name past rank 0 (engines do not share one file)."""
+        path = self.settings.cost_profile
+        if path is None or self.engine_index == "0":
+            return path
+        root, ext = os.path.splitext(path)
+        return f"{root}-dp{self.engine_index}{ext}"
 
     # ------------------------------------------------------------------ lifecycle (runner)
 
@@ -168,7 +190,9 @@ class SessionDrafting:
         not feed the budget (each rank's clock differs).
         """
         self._clock_steers = alone_in_group or not self.ranks_must_agree
-        if not self._clock_steers and self.settings.speed_model is not None:
+        if isinstance(self.driver.budget, CostBudget):
+            self.driver.budget.learns = self._clock_steers
+        if not self._clock_steers and not isinstance(self.driver.budget, BatchBudget):
             logger.info(
                 "agentspec: the drafter's measured time does not steer the draft budget: this worker"
                 " shares its tensor- or pipeline-parallel group, whose ranks must run the same drafter passes"
@@ -180,7 +204,7 @@ class SessionDrafting:
             if self.settings.step_log_dir:
                 self._step_log = StepLog(step_log_path(self.settings.step_log_dir, worker_name))
                 logger.info("agentspec: logging every drafting step to %s", self._step_log.path)
-                self._step_log.started(self.num_speculative_tokens, self.max_model_len)
+                self._step_log.started(self.num_speculative_tokens, self.max_model_len, self.driver.calibrated_cut)
         if self.settings.exchange_dir or self.settings.exchange_url:
             if not alone_in_group:
                 logger.warning("agentspec: corpus exchange is off: it needs tensor- and pipeline-parallel size 1")
@@ -285,8 +309,11 @@ class SessionDrafting:
     def on_step_end(self, idle: bool) -> None:
         """After the runner's bookkeeping: take in the other replicas' outputs, and
         publish statistics (now if the engine has gone idle)."""
+        if idle:
+            self._step_ended = None  # the wait for the next request is no step's time
         self.poll_exchange()
         self.publish(force=idle)
+        self._write_cost_profile(force=idle)
 
     def poll_exchange(self) -> None:
         """Index the outputs other replicas published: taken from the transport at most
@@ -381,6 +408,57 @@ class SessionDrafting:
             driver.verified(req_id, len(sampled) - 1, sampled)
             driver.advance(req_id, sampled)
 
+    def _time_step(self, req_ids: Sequence[str], sampled_rows: Sequence[Sequence[int]], started: float) -> None:
+        """Tell the budget what the step that just ran verified, emitted and took.
+
+        Its time is from the end of the last step's drafting to the start of this one's:
+        the target's forward pass over the last drafts, sampling and the scheduler. A step
+        with a row the last step did not draft for (a prefill, a resumed request) is not a
+        decoding step and teaches nothing; nor does the first step after the engine idled.
+        The time is given only where the clock may steer (see :meth:`bind`)."""
+        ended, self._step_ended = self._step_ended, None
+        widths = self._step_widths
+        batch = verified = emitted = 0
+        for req_id, sampled in zip(req_ids, sampled_rows, strict=False):
+            width = widths.get(req_id)
+            if width is None or not sampled:
+                return
+            batch += 1
+            verified += 1 + width
+            emitted += len(sampled)
+        seconds = started - ended if ended is not None and self._clock_steers else None
+        if self.driver.budget is not None and batch:
+            self.driver.budget.observe_timed_step(batch, verified, emitted, seconds)
+
+    def _end_step(self, req_ids: Sequence[str], drafts: Sequence[Sequence[int]]) -> None:
+        """Remember the step's drafts (what the next step verifies) and when drafting ended."""
+        self._step_widths = {req_id: len(d) for req_id, d in zip(req_ids, drafts, strict=False)}
+        budget = self.driver.budget
+        if isinstance(budget, CostBudget):
+            cost = budget.cost
+            counters = self.driver.counters
+            counters["cost_fixed_seconds"] = cost.fixed_s
+            counters["cost_per_request_seconds"] = cost.per_request_s
+            counters["cost_per_token_seconds"] = cost.per_token_s
+            counters["cost_drafter_pass_seconds"] = cost.drafter_pass_s
+            counters["cost_timed_steps"] = cost.steps
+            counters["draft_token_price"] = budget.last_price
+        self._step_ended = perf_counter()
+
+    def _write_cost_profile(self, force: bool = False) -> None:
+        """Keep the settings' cost profile file up to date (at most every 5 s while busy)."""
+        budget, path = self.driver.budget, self._cost_profile_path()
+        if path is None or not isinstance(budget, CostBudget) or not budget.learns:
+            return
+        now = time.monotonic()
+        if not budget.estimator.steps or (not force and now < self._next_cost_write):
+            return
+        self._next_cost_write = now + _COST_WRITE_INTERVAL_S
+        try:
+            budget.cost.write(path)
+        except OSError as exc:  # a full disk must not take the engine down
+            logger.warning("agentspec: cannot write the cost profile %s: %s", path, exc)
+
     def _end_propose(self, input_batch: Any, rows: int, started: float, budget: int) -> None:
         """After a step's drafts: feed the budget what the step cost, publish statistics.
 
@@ -456,6 +534,7 @@ class SuffixDrafting(SessionDrafting):
     ) -> list[list[int]]:
         """Draft for every request in the batch (``[]`` where there is nothing to draft)."""
         started = perf_counter()
+        self._time_step(input_batch.req_ids, sampled_token_ids, started)
         budget = self.driver.budget_for(len(sampled_token_ids), num_speculative_tokens)
         drafts: list[list[int]] = []
         rows: list[tuple[str, int, int, int]] | None = [] if self._step_log is not None else None
@@ -483,11 +562,14 @@ class SuffixDrafting(SessionDrafting):
         if self._step_log is not None and rows is not None:
             self._step_log.step(len(sampled_token_ids), rows, self.driver.min_prob)
         self._end_propose(input_batch, len(drafts), started, budget)
+        self._end_step(input_batch.req_ids, drafts)
         return drafts
 
 
 #: A busy engine waits this many times a snapshot's cost before writing the next one.
 _PUBLISH_COST_FACTOR = 20
+#: Least seconds between two writes of the cost profile file while busy.
+_COST_WRITE_INTERVAL_S = 5.0
 
 
 def _as_id(value: Any) -> str | None:

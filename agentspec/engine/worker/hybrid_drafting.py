@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agentspec.draft_budget.drafter_choice import DraftPath, HybridRule, model_runs
+from agentspec.draft_budget.cost_budget import CostBudget
+from agentspec.draft_budget.drafter_choice import DraftPath, HybridRule, model_runs, net_tokens, passes_pay
 from agentspec.engine.settings import EngineSettings
 from agentspec.engine.worker.drafting import SessionDrafting
 from agentspec.errors import DraftIndexError
@@ -122,13 +123,17 @@ class HybridDrafting(SessionDrafting):
         input_batch, sampled_rows = self._step
         self._step = None
         started = perf_counter()
+        self._time_step(input_batch.req_ids, sampled_rows, started)
         rows = len(sampled_rows)
         budget = self.driver.budget_for(rows, num_speculative_tokens)
-        model_cap = min(self.model_draft_tokens, budget)
-        model_expected = self.hybrid_rule.model_expected(model_cap)
+        cost = self.driver.budget if isinstance(self.driver.budget, CostBudget) else None
+        # Output tokens a verified token and a drafter pass cost (0: unpriced).
+        token_price, pass_price = cost.step_prices(rows) if cost is not None else (0.0, 0.0)
+        model_cap = self.hybrid_rule.paying_length(min(self.model_draft_tokens, budget), token_price)
         suffix: list[Draft | None] = []
         paths: list[DraftPath] = []
         model_lens: list[int] = []
+        gains: list[float] = []  # per request that chose the model: net tokens over its index draft
         for i, sampled in enumerate(sampled_rows):
             req_id = input_batch.req_ids[i]
             if not sampled:  # a partial prefill: nothing sampled, nothing to draft
@@ -145,20 +150,38 @@ class HybridDrafting(SessionDrafting):
                 spec = self.driver.spec(req_id)
                 expected = self.index.expected_accepted(draft, spec.tenant if spec is not None else "")
             model_len = max(0, min(model_cap, room)) if self.driver.may_draft(req_id) else 0
-            path = self._choose(index_len, draft, expected, model_len, model_expected)
-            if path is not DraftPath.SUFFIX and index_len:
-                self.driver.withdraw(req_id)
+            suffix_net = net_tokens(expected, index_len, token_price)
+            model_net = net_tokens(self.hybrid_rule.model_expected(model_len), model_len, token_price)
+            path = self._choose(index_len, draft, suffix_net, model_len, model_net)
+            if path is DraftPath.MODEL:
+                gains.append(model_net - max(0.0, suffix_net) if index_len else model_net)
             suffix.append(draft)
             paths.append(path)
             model_lens.append(model_len)
 
         run_model = model_runs(paths)
+        if run_model and self.hybrid_rule.rule == "expected" and not passes_pay(gains, model_cap - 1, pass_price):
+            # The passes cost more than the model's drafts add: the index drafts the step.
+            run_model = False
+            self._count("drafter_runs_unpaid_total")
+            paths = [
+                DraftPath.SUFFIX if p is DraftPath.MODEL and d is not None and d.token_ids else p
+                for p, d in zip(paths, suffix, strict=True)
+            ]
+            paths = [DraftPath.NONE if p is DraftPath.MODEL else p for p in paths]
+        for i, path in enumerate(paths):
+            draft = suffix[i]
+            if path is not DraftPath.SUFFIX and draft is not None and draft.token_ids:
+                self.driver.withdraw(input_batch.req_ids[i])
         model_started = perf_counter()
         # Always the first pass (the draft KV cache of the verified tokens); the
         # autoregressive passes only when some request takes the model's draft.
         model_out = self._run_model_drafter(model_cap if run_model else 0, **kwargs)
-        self._count("drafter_seconds_total", perf_counter() - model_started)
+        model_seconds = perf_counter() - model_started
+        self._count("drafter_seconds_total", model_seconds)
         self._count("drafter_runs_total" if run_model else "drafter_runs_skipped_total")
+        if self.driver.budget is not None and self._clock_steers:
+            self.driver.budget.observe_drafter(max(0, model_cap - 1) if run_model else 0, model_seconds)
         model_rows = model_out.tolist() if run_model else None
         probs = self._model_draft_probs()
 
@@ -184,6 +207,7 @@ class HybridDrafting(SessionDrafting):
             drafts.append(tokens)
 
         self._end_propose(input_batch, len(drafts), started, budget)
+        self._end_step(input_batch.req_ids, drafts)
         return drafts
 
     # ------------------------------------------------------------------ the model drafter (vLLM's)

@@ -5,15 +5,18 @@ Off unless ``EngineSettings.step_log_dir`` names a folder (``agentspec serve
 ``steps-<worker>.jsonl`` there, in the order the engine's thread met them:
 
 - ``{"e": "start", "k": K, "max_model_len": L}``: the worker started logging (``K``: the
-  server's ``num_speculative_tokens``, the cap of a step the batch budget does not cut);
+  server's ``num_speculative_tokens``, the cap of a step the batch budget does not cut),
+  with ``"calibrated": true`` where the steps' probability cuts compare calibrated path
+  probabilities (the cost budget's, :mod:`agentspec.draft_budget.cost_budget`);
 - ``{"e": "add", "req": ID, "session": S, "group": G, "max_tokens": N, "stops": [...]}``:
   a request reached the worker (session and group as the middleware resolved them; null
   when absent);
 - ``{"e": "step", "batch": B, "rows": [[ID, SAMPLED, CAP, DRAFTED], ...]}``: one drafting
   step of ``B`` requests; per request in row order, the tokens the target emitted for it
   this step, the draft cap it was given (the batch budget, or less near the context end)
-  and the length of the draft proposed; with ``"min_prob": P`` where a model budget
-  (``--agentspec-speed-model``) cut the step's drafts at path probability ``P``;
+  and the length of the draft proposed; with ``"min_prob": P`` where the budget (the
+  cost budget's price, or ``--agentspec-speed-model``'s cut) stopped the step's drafts at
+  path probability ``P``;
 - ``{"e": "end", "req": [ID, ...]}``: requests finished or aborted.
 
 Together with the prompt and output token ids of each request (the client's transcript),
@@ -52,8 +55,11 @@ class StepLog:
         self.path = path
         self._file: IO[str] | None = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
 
-    def started(self, num_speculative_tokens: int, max_model_len: int) -> None:
-        self._write({"e": "start", "k": num_speculative_tokens, "max_model_len": max_model_len}, flush=True)
+    def started(self, num_speculative_tokens: int, max_model_len: int, calibrated_cut: bool = False) -> None:
+        event: dict[str, object] = {"e": "start", "k": num_speculative_tokens, "max_model_len": max_model_len}
+        if calibrated_cut:
+            event["calibrated"] = True
+        self._write(event, flush=True)
 
     def added(
         self, req_id: str, session: str | None, group: str | None, max_tokens: int | None, stops: Iterable[int]
