@@ -554,6 +554,8 @@ def replay_proposer(method: str, vllm_version: str | None) -> str:
     vLLM's suffix method is 0.32's tree before Model Runner V2 and 0.34's corpus on it."""
     if method == "vllm-suffix" and model_runner_for(vllm_version) == "v1":
         return "vllm-suffix-0.32"
+    if method == BATCH_RULE_SERVER:
+        return "agentspec"  # the same drafting, one call at a time: no budget cuts it
     return method
 
 

@@ -53,7 +53,7 @@ def _drafter_settings(
     for option, folder in (("--drafter", drafter), ("--target", target)):
         if not folder.is_dir():
             _fail(f"{option}: no such folder: {folder}")
-    from agentspec.training.head_files import check_pair
+    from agentspec.head.files import check_pair
 
     try:
         check_pair(drafter, target)
@@ -271,7 +271,7 @@ def bench(
                 drafter=drafter_settings,
                 cost_profile=profile,
             ),
-            cost=CostModel.from_profile(profile)
+            cost=CostModel.from_profile(profile, concurrency if lockstep else 1)
             if profile is not None
             else CostModel(step_ms=step_ms, draft_token_ms=draft_token_ms),
         )

@@ -28,14 +28,17 @@ class CostModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     @classmethod
-    def from_profile(cls, profile: StepCostProfile) -> CostModel:
+    def from_profile(cls, profile: StepCostProfile, batch: int = 1) -> CostModel:
         """The cost of one request's steps on the server that measured ``profile``
-        (``agentspec serve --agentspec-cost-profile``): a step of one request verifying
-        its last token, plus each draft token's verification."""
-        step_s = profile.step_seconds(1, 1)
+        (``agentspec serve --agentspec-cost-profile``), in steps of ``batch`` requests:
+        its share of a step (the fixed cost divided among the batch) verifying its last
+        token, plus each draft token's verification."""
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
+        step_s = profile.fixed_s / batch + profile.per_request_s + profile.per_token_s
         if step_s <= 0:
             raise ValueError("the cost profile gives a step of one request no time")
-        return cls(step_ms=step_s * 1e3, draft_token_ms=profile.per_token_s * 1e3, source="profile")
+        return cls(step_ms=step_s * 1e3, draft_token_ms=profile.per_token_s * 1e3, source="profile", batch=batch)
 
     #: One decoding step of the target model (batch of one request's view).
     step_ms: float = Field(default=25.0, gt=0)
@@ -43,6 +46,8 @@ class CostModel(BaseModel):
     draft_token_ms: float = Field(default=0.25, ge=0)
     #: Where the figures come from: assumed (the options' values) or a server's profile.
     source: Literal["assumed", "profile"] = "assumed"
+    #: Requests sharing each step (the lockstep concurrency a profile was divided among).
+    batch: int = Field(default=1, ge=1)
 
     def spec_seconds(self, steps: int, drafted_tokens: int, propose_ns: int, index_ns: int) -> float:
         """The time of the replayed calls' decoding steps with speculation, in seconds."""
@@ -51,9 +56,9 @@ class CostModel(BaseModel):
     def tokens_per_second(
         self, output_tokens: int, steps: int, drafted_tokens: int, propose_ns: int, index_ns: int
     ) -> float:
-        """Output tokens per second of one request's decoding at this cost."""
+        """Output tokens per second of a server decoding ``batch`` such requests at once."""
         seconds = self.spec_seconds(steps, drafted_tokens, propose_ns, index_ns)
-        return output_tokens / seconds if seconds > 0 else 0.0
+        return self.batch * output_tokens / seconds if seconds > 0 else 0.0
 
     def speedup(
         self,

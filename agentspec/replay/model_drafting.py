@@ -3,7 +3,7 @@
 
 The model drafter is anything with :class:`ModelDrafter`'s two methods; ``agentspec bench
 --drafter HEAD --target MODEL`` gives a trained EAGLE-3 head
-(:class:`agentspec.training.head_drafter.HeadDrafter`, which runs the target model to read
+(:class:`agentspec.head.drafter.HeadDrafter`, which runs the target model to read
 its hidden states). It drafts a whole call's steps at once from the recorded text, in one
 forward pass instead of one per step: each step's draft is what drafting at that step gives
 up to and including its first token that differs from the recorded output, which is all
@@ -226,7 +226,7 @@ class HybridProposer(DriverProposer):
 
 
 def _drafter(settings: DrafterReplaySettings) -> ModelDrafter:
-    from agentspec.training.head_drafter import HeadDrafter
+    from agentspec.head.drafter import HeadDrafter
 
     return HeadDrafter.load(settings.head, settings.target, device=settings.device)
 

@@ -27,7 +27,13 @@ def render_table(result: ReplayResult, baseline: str | None = None, compact: boo
     s = result.settings
     multi = (s.get("replicas") or 1) > 1
     from_profile = s["cost"].get("source") == "profile"
-    profiled = " (the server's measured cost profile; tok/s: one request's decoding on it)" if from_profile else ""
+    batch = s["cost"].get("batch", 1)
+    profiled = (
+        f" (the server's measured cost profile; tok/s: the server's, {batch} request"
+        f"{'s' if batch > 1 else ''} decoding at once)"
+        if from_profile
+        else ""
+    )
     exchanging = ""
     if s.get("exchange") and multi:
         lag = s.get("exchange_lag") or 0

@@ -269,7 +269,7 @@ REDUCED_DRAFT_VOCAB = 1024
 
 def build_tiny_reduced_eagle3_head(target: str | os.PathLike[str]) -> Path:
     """Build (or reuse) an EAGLE-3 head for the tiny model in the layout ``agentspec
-    train-drafter`` writes (:func:`agentspec.training.eagle3.save_head`): a reduced draft
+    train-drafter`` writes (:func:`agentspec.head.eagle3.save_head`): a reduced draft
     vocabulary mapped to the target's ids by ``d2t`` (every other id, so the map is no
     identity), its own output layer started from the target's rows for those ids, random
     weights from a fixed seed otherwise. For sampling through a reduced vocabulary, not for
@@ -280,7 +280,7 @@ def build_tiny_reduced_eagle3_head(target: str | os.PathLike[str]) -> Path:
     import torch
     from safetensors.torch import load_file
 
-    from agentspec.training.eagle3 import Eagle3Head, HeadShape, save_head
+    from agentspec.head.eagle3 import Eagle3Head, HeadShape, save_head
 
     target = Path(target)
     out = target.parent / f"{target.name}-eagle3-reduced"

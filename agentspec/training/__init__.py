@@ -8,8 +8,8 @@ in the layout vLLM loads beside the index (``agentspec serve --agentspec-drafter
 
 - :mod:`~agentspec.training.config`: :class:`DrafterTrainingConfig`, what a run is asked;
 - :mod:`~agentspec.training.examples`: the calls as token ids, and each token's weight;
-- :mod:`~agentspec.training.target`: the target model as the teacher;
-- :mod:`~agentspec.training.eagle3`: the head, and its checkpoint as vLLM reads it;
+- :mod:`agentspec.head` (below both training and the replay): the head, its checkpoint as
+  vLLM reads it, and the target model as the teacher;
 - :mod:`~agentspec.training.trainer`: the loop, its checkpoints and resume;
 - :mod:`~agentspec.training.evaluate`: acceptance on held-out calls.
 """

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from agentspec.training.eagle3 import Eagle3Head
+from agentspec.head.eagle3 import Eagle3Head
+from agentspec.head.target import TargetModel
 from agentspec.training.examples import Example
-from agentspec.training.target import TargetModel
 
 __all__ = ["HeldOutScore", "score_head"]
 

@@ -2,7 +2,7 @@
 
 Each step takes examples until ``batch_tokens``, runs the target on them once (no grad),
 and trains the head to match the target's next-token distribution over the draft
-vocabulary (soft cross-entropy), pass by pass (:meth:`~agentspec.training.eagle3.Eagle3Head.unrolled`),
+vocabulary (soft cross-entropy), pass by pass (:meth:`~agentspec.head.eagle3.Eagle3Head.unrolled`),
 each token weighted as :mod:`agentspec.training.examples` says. A checkpoint every
 ``checkpoint_every`` steps holds the head, the optimizer and the data order, so a run
 stopped midway resumes where it was under the same settings.
@@ -22,8 +22,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agentspec.head.eagle3 import Eagle3Head, HeadShape, save_head
+from agentspec.head.target import TargetModel, default_aux_layers
 from agentspec.training.config import DrafterTrainingConfig
-from agentspec.training.eagle3 import Eagle3Head, HeadShape, save_head
 from agentspec.training.evaluate import HeldOutScore, score_head
 from agentspec.training.examples import (
     Example,
@@ -32,7 +33,6 @@ from agentspec.training.examples import (
     load_corpus,
     tokenize_calls,
 )
-from agentspec.training.target import TargetModel, default_aux_layers
 
 __all__ = ["TrainingError", "TrainingResult", "train_drafter"]
 

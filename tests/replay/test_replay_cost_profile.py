@@ -55,6 +55,12 @@ def test_a_servers_profile_prices_the_replay(tmp_path: Path) -> None:
     assert _record(on_gpu, "agentspec")["drafted_tokens"] == drafted["plain"]
     # vLLM's suffix method is not agentspec's to cut: the same drafts, priced on each machine.
     assert _record(on_cpu, "vllm-suffix")["drafted_tokens"] == _record(plain, "vllm-suffix")["drafted_tokens"]
+    # In lockstep, four requests share each step: the fixed cost is divided among them.
+    _, batched = _bench(tmp_path, "--cost-profile", str(cpu_path), "--lockstep", "--concurrency", "4")
+    assert batched["settings"]["cost"]["batch"] == 4
+    assert batched["settings"]["cost"]["step_ms"] == pytest.approx(1.0 + 1.0 + 4.0)
+    suffix = _record(batched, "vllm-suffix")
+    assert suffix["est_tokens_per_s"] > 3 * _record(on_cpu, "vllm-suffix")["est_tokens_per_s"]
     for data in (on_cpu, on_gpu):
         suffix = _record(data, "vllm-suffix")
         step_ms, token_ms = data["settings"]["cost"]["step_ms"], data["settings"]["cost"]["draft_token_ms"]

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
-from agentspec.training.eagle3 import ARCHITECTURE, Eagle3Head, HeadShape, load_head, save_head  # noqa: E402
+from agentspec.head.eagle3 import ARCHITECTURE, Eagle3Head, HeadShape, load_head, save_head  # noqa: E402
 
 SHAPE = HeadShape(
     hidden_size=32,
@@ -45,7 +45,7 @@ def _head() -> Eagle3Head:
 def _layer_pass(head: Eagle3Head, hidden, embed, cos, sin, cache_k, cache_v):
     """One position (or a causal block) of the decoder layer as an inference engine runs
     it: keys and values appended to the cache, attention over the whole cache."""
-    from agentspec.training.eagle3 import _rope
+    from agentspec.head.eagle3 import _rope
 
     s = SHAPE
     t = hidden.shape[1]

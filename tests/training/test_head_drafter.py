@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
+from agentspec.head.drafter import HeadDrafter  # noqa: E402
+from agentspec.head.files import DrafterLoadError, check_pair  # noqa: E402
 from agentspec.testing.tiny_model import build_tiny_reduced_eagle3_head  # noqa: E402
-from agentspec.training.head_drafter import HeadDrafter  # noqa: E402
-from agentspec.training.head_files import DrafterLoadError, check_pair  # noqa: E402
 
 TOKENS = 3
 

@@ -28,9 +28,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from agentspec.training.eagle3 import Eagle3Head, _rope, load_head
-from agentspec.training.head_files import DrafterLoadError, check_pair
-from agentspec.training.target import TargetModel
+from agentspec.head.eagle3 import Eagle3Head, _rope, load_head
+from agentspec.head.files import DrafterLoadError, check_pair
+from agentspec.head.target import TargetModel
 
 __all__ = ["DrafterLoadError", "HeadDrafter"]
 
@@ -61,7 +61,7 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class HeadDrafter:
-    """Greedy drafts of an EAGLE-3 head (:func:`~agentspec.training.eagle3.load_head`'s
+    """Greedy drafts of an EAGLE-3 head (:func:`~agentspec.head.eagle3.load_head`'s
     layout) over a target model, with per-stream caches (``max_streams`` kept, least
     recently used dropped first)."""
 
