@@ -69,7 +69,9 @@ def main(target: str, drafter: str, request_path: str, result_path: str) -> None
         num_tokens=request["num_tokens"],
         method=request.get("method", "draft_model"),
     )
-    os.environ[ENV_CONFIG] = EngineSettings(drafter=drafter_settings).to_env()
+    # The fixed batch rule: the probe counts the drafter's passes per path, which the cost
+    # budget would rightly price out for a drafter this large beside the target on a CPU.
+    os.environ[ENV_CONFIG] = EngineSettings(drafter=drafter_settings, draft_budget="batch").to_env()
 
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt

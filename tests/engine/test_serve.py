@@ -212,7 +212,8 @@ def test_the_model_comes_first_or_as_model_anywhere(args: list[str]) -> None:
     [
         (
             ["m", "--agentspec-bogus", "3"],
-            "no such option: --agentspec-bogus (agentspec's options: --agentspec-drafter,",
+            "no such option: --agentspec-bogus (agentspec's options: --agentspec-cost-profile,"
+            " --agentspec-draft-budget, --agentspec-drafter,",
         ),
         (["m", "--agentspec-bogus=3"], "no such option: --agentspec-bogus "),
         (["m", "--no-such-vllm-option", "1"], "vLLM's options: unrecognized arguments: --no-such-vllm-option 1"),
